@@ -1,0 +1,5 @@
+import sys
+
+from clipflow.cli import main
+
+sys.exit(main())

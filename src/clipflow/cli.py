@@ -1,0 +1,291 @@
+"""`python -m clipflow ...`: one subcommand per stage; the workflow's rules call these.
+
+Errors a user can cause end in one line `clipflow: error: ...` and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from clipflow.errors import ClipflowError
+
+
+def _json(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ClipflowError(f"--overrides is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ClipflowError("--overrides must be a JSON object")
+    return value
+
+
+# -- cluster -----------------------------------------------------------------------------------
+
+
+def cmd_cluster_plan(a: argparse.Namespace) -> int:
+    from clipflow.cluster.plan import check_ports, make_plan
+
+    plan = make_plan(a.launcher, a.hosts.split(","), a.num_workers, a.num_servers, a.root_port, a.heartbeat_timeout)
+    check_ports(plan)
+    plan.write(a.out)
+    for r in plan.roles:
+        print(f"{r.role:9} {r.rank:3} on {r.host}")
+    print(f"scheduler at {plan.root_uri}:{plan.root_port}; plan written to {a.out}")
+    return 0
+
+
+# -- data --------------------------------------------------------------------------------------
+
+
+def cmd_data_synth(a: argparse.Namespace) -> int:
+    from clipflow.data.synthetic import SyntheticSpec, generate
+
+    spec = SyntheticSpec(a.num_train, a.num_val, a.seed, a.min_frames, a.max_frames, a.short_side)
+    if spec.min_frames > spec.max_frames:
+        raise ClipflowError(f"min_frames {spec.min_frames} is larger than max_frames {spec.max_frames}")
+    lists = generate(a.out_dir, spec, workers=a.workers)
+    print(f"synthetic set in {a.out_dir}: {spec.num_train} train, {spec.num_val} val")
+    print("labels:", ", ".join(map(str, lists.values())))
+    return 0
+
+
+def cmd_data_scan(a: argparse.Namespace) -> int:
+    from clipflow.data.listfile import read_list
+    from clipflow.data.scan import scan, write_index
+    from clipflow.recipe import load_recipe
+
+    num_classes = load_recipe(a.recipe, _json(a.overrides))["model"]["num_classes"]
+    classes = Path(a.classes).read_text().split() if a.classes else None
+    results = {}
+    for split, path in (("train", a.train_list), ("val", a.val_list)):
+        results[split] = scan(read_list(path), a.root, num_classes, workers=a.workers, desc=f"scan {split}")
+    manifest = write_index(results, a.out_dir, classes)
+    for split, info in manifest["splits"].items():
+        print(f"{split}: {info['videos']} videos kept, {info['failed']} failed")
+        if info["videos"] == 0:
+            raise ClipflowError(f"no {split} video could be decoded; see the failures in {a.out_dir}/manifest.json")
+    for f in manifest["failures"]:
+        print(f"left out ({f['split']}): {f['path']} (line {f['line']}): {f['error']}")
+    return 0
+
+
+def cmd_splits(a: argparse.Namespace) -> int:
+    from clipflow.data.listfile import read_list, write_list
+    from clipflow.data.splits import split_entries
+
+    parts = split_entries(read_list(a.list), a.num_workers, a.seed)
+    for rank, part in enumerate(parts):
+        write_list(Path(a.out_dir) / f"worker{rank}.lst", part)
+    print(f"{len(parts)} worker lists of {len(parts[0])} videos each in {a.out_dir}")
+    return 0
+
+
+# -- train -------------------------------------------------------------------------------------
+
+
+def _add_worker_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--recipe", required=True)
+    p.add_argument("--overrides", default="{}")
+    p.add_argument("--splits-dir", required=True)
+    p.add_argument("--root", required=True, help="folder the list paths are relative to")
+    p.add_argument("--checkpoint-root", required=True)
+    p.add_argument("--model-out", required=True)
+    p.add_argument("--metrics-out", required=True)
+    p.add_argument("--kvstore", default="dist_sync")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def _worker_argv(a: argparse.Namespace) -> list[str]:
+    return [
+        "--recipe",
+        a.recipe,
+        "--overrides",
+        a.overrides,
+        "--splits-dir",
+        a.splits_dir,
+        "--root",
+        a.root,
+        "--checkpoint-root",
+        a.checkpoint_root,
+        "--model-out",
+        a.model_out,
+        "--metrics-out",
+        a.metrics_out,
+        "--kvstore",
+        a.kvstore,
+        "--seed",
+        str(a.seed),
+    ]
+
+
+def cmd_train_launch(a: argparse.Namespace) -> int:
+    from clipflow.cluster.plan import Plan, check_ports
+    from clipflow.recipe import load_recipe
+    from clipflow.train.launcher import Launcher
+    from clipflow.train.roles import role_commands
+
+    load_recipe(a.recipe, _json(a.overrides))  # fail here, once, rather than in every worker
+    plan = Plan.read(a.plan)
+    check_ports(plan)
+    code = Launcher(role_commands(plan, _worker_argv(a)), a.log_dir, grace_s=a.grace).run()
+    if code:
+        print(
+            f"clipflow: error: training failed (exit {code}); rerun to resume from the last checkpoint", file=sys.stderr
+        )
+    return code
+
+
+def cmd_train_worker(a: argparse.Namespace) -> int:
+    import torch
+
+    from clipflow.ps import KVStore
+    from clipflow.recipe import load_recipe
+    from clipflow.train.trainer import Trainer, WorkerPaths
+
+    torch.set_num_threads(int(os.environ.get("CLIPFLOW_TORCH_THREADS", "1")))
+    recipe = load_recipe(a.recipe, _json(a.overrides))
+    kv = KVStore.create(a.kvstore)
+    try:
+        paths = WorkerPaths(
+            Path(a.splits_dir), Path(a.root), Path(a.checkpoint_root), Path(a.model_out), Path(a.metrics_out)
+        )
+        Trainer(kv, recipe, paths, a.seed, a.kvstore).run()
+    finally:
+        kv.close()
+    return 0
+
+
+def cmd_ps_role(a: argparse.Namespace) -> int:
+    from clipflow.ps import run_role
+
+    return run_role()
+
+
+# -- evaluate and report -----------------------------------------------------------------------
+
+
+def cmd_evaluate(a: argparse.Namespace) -> int:
+    from clipflow.evaluate.evaluate import evaluate
+
+    metrics = evaluate(a.model, a.list, a.root, a.out, batch_size=a.batch_size)
+    print(f"val top-1 {metrics['top1']:.4f} top-5 {metrics['top5']:.4f} on {metrics['num_videos']} videos")
+    return 0
+
+
+def cmd_report(a: argparse.Namespace) -> int:
+    from clipflow.evaluate.report import write_report
+
+    out = write_report(a.metrics, a.history, a.manifest, a.plan, a.out_dir)
+    print(f"report: {out}")
+    return 0
+
+
+def cmd_models(a: argparse.Namespace) -> int:
+    from clipflow.models import MODEL_NAMES, build_model, count_parameters
+
+    if a.action == "list":
+        print("\n".join(MODEL_NAMES))
+        return 0
+    total, trainable = count_parameters(build_model({"name": a.name, "num_classes": a.num_classes}))
+    print(json.dumps({"name": a.name, "num_classes": a.num_classes, "parameters": total, "trainable": trainable}))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="clipflow", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    cluster = sub.add_parser("cluster", help="cluster preparation").add_subparsers(dest="action", required=True)
+    p = cluster.add_parser("plan", help="place roles on hosts and check the ports")
+    p.add_argument("--launcher", default="local", choices=["local"])
+    p.add_argument("--hosts", default="localhost", help="comma-separated host names")
+    p.add_argument("--num-workers", type=int, default=2)
+    p.add_argument("--num-servers", type=int, default=1)
+    p.add_argument("--root-port", type=int, default=9091)
+    p.add_argument("--heartbeat-timeout", type=float, default=30.0)
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_cluster_plan)
+
+    data = sub.add_parser("data", help="data sets").add_subparsers(dest="action", required=True)
+    p = data.add_parser("synth", help="generate the synthetic motion set")
+    p.add_argument("--out-dir", required=True)
+    p.add_argument("--num-train", type=int, default=400)
+    p.add_argument("--num-val", type=int, default=160)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--min-frames", type=int, default=48)
+    p.add_argument("--max-frames", type=int, default=120)
+    p.add_argument("--short-side", type=int, default=128)
+    p.add_argument("--workers", type=int, default=2)
+    p.set_defaults(func=cmd_data_synth)
+    p = data.add_parser("scan", help="decode every video once; write list files and a manifest")
+    p.add_argument("--train-list", required=True)
+    p.add_argument("--val-list", required=True)
+    p.add_argument("--root", required=True)
+    p.add_argument("--recipe", required=True)
+    p.add_argument("--overrides", default="{}")
+    p.add_argument("--classes", default="")
+    p.add_argument("--out-dir", required=True)
+    p.add_argument("--workers", type=int, default=2)
+    p.set_defaults(func=cmd_data_scan)
+
+    p = sub.add_parser("splits", help="one list per worker, all of the same length")
+    p.add_argument("--list", required=True)
+    p.add_argument("--num-workers", type=int, required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out-dir", required=True)
+    p.set_defaults(func=cmd_splits)
+
+    train = sub.add_parser("train", help="training").add_subparsers(dest="action", required=True)
+    p = train.add_parser("launch", help="start scheduler, servers and workers of a plan")
+    p.add_argument("--plan", required=True)
+    p.add_argument("--log-dir", required=True)
+    p.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL at teardown")
+    _add_worker_args(p)
+    p.set_defaults(func=cmd_train_launch)
+    p = train.add_parser("worker", help="one worker (started by the launcher, with DMLC_* set)")
+    _add_worker_args(p)
+    p.set_defaults(func=cmd_train_worker)
+
+    ps = sub.add_parser("ps", help="parameter server").add_subparsers(dest="action", required=True)
+    p = ps.add_parser("role", help="run the scheduler or a server, as DMLC_ROLE says")
+    p.set_defaults(func=cmd_ps_role)
+
+    p = sub.add_parser("evaluate", help="top-1/top-5 of a trained model on a list")
+    p.add_argument("--model", required=True)
+    p.add_argument("--list", required=True)
+    p.add_argument("--root", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--batch-size", type=int, default=0, help="0: the recipe's eval_batch_size")
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("report", help="curves and tables of a run, as HTML")
+    p.add_argument("--metrics", required=True)
+    p.add_argument("--history", required=True)
+    p.add_argument("--manifest", required=True)
+    p.add_argument("--plan", required=True)
+    p.add_argument("--out-dir", required=True)
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("models", help="model names and sizes")
+    p.add_argument("action", choices=["list", "info"])
+    p.add_argument("name", nargs="?", default="slowfast_4x16_resnet50")
+    p.add_argument("--num-classes", type=int, default=400)
+    p.set_defaults(func=cmd_models)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ClipflowError as exc:
+        print(f"clipflow: error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    except KeyboardInterrupt:
+        print("clipflow: interrupted", file=sys.stderr)
+        return 130

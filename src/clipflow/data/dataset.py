@@ -1,0 +1,94 @@
+"""A torch Dataset of SlowFast clips read with decord from a scanned list file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from clipflow.data.listfile import VideoEntry, read_list
+from clipflow.data.sampling import ClipSpec, slowfast_indices, train_offsets, val_offsets
+from clipflow.data.transforms import TransformSpec, apply, center_crop_box, to_float_clip, train_crop_box
+from clipflow.errors import ClipflowError
+
+
+class SlowFastClips(Dataset):
+    """Item i: (slow, fast, label); slow and fast are (C, T, H, W) float tensors.
+
+    mode "train" draws random offsets, crops and flips from (seed, epoch, index), so
+    a clip is reproducible whatever process loads it; "val" is deterministic.
+    Videos are decoded at (new_width, new_height), as GluonCV's decord loader does.
+    """
+
+    def __init__(
+        self,
+        list_path: str | Path,
+        root: str | Path,
+        clip: ClipSpec,
+        transform: TransformSpec,
+        new_width: int,
+        new_height: int,
+        mode: str = "train",
+        seed: int = 0,
+        num_classes: int | None = None,
+    ):
+        if mode not in ("train", "val"):
+            raise ValueError(f"mode must be train or val, not {mode!r}")
+        self.list_path = Path(list_path)
+        self.entries: list[VideoEntry] = read_list(list_path, num_classes)
+        missing = [e for e in self.entries if e.num_frames is None]
+        if missing:
+            raise ClipflowError(
+                f"{self.list_path} line {missing[0].line}: no frame count; scan the data set first (clipflow data scan)"
+            )
+        self.root, self.clip, self.transform, self.mode, self.seed = Path(root), clip, transform, mode, seed
+        self.new_width, self.new_height = new_width, new_height
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _read(self, entry: VideoEntry, indices: list[int]) -> np.ndarray:
+        import decord
+
+        path = entry.resolve(self.root)
+        if not path.exists():
+            raise ClipflowError(
+                f"video {path} (listed in {self.list_path} line {entry.line}) does not exist; "
+                "rescan the data set or fix the list"
+            )
+        try:
+            reader = decord.VideoReader(str(path), width=self.new_width, height=self.new_height, num_threads=1)
+            return reader.get_batch(indices).asnumpy()
+        except Exception as exc:
+            raise ClipflowError(
+                f"cannot decode {path} (listed in {self.list_path} line {entry.line}): {str(exc).splitlines()[0]}"
+            ) from None
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        entry = self.entries[index]
+        frames_total = int(entry.num_frames or 0)
+        rng = np.random.default_rng([self.seed, self.epoch, index])
+        if self.mode == "train":
+            offsets = train_offsets(frames_total, self.clip, rng)
+        else:
+            offsets = val_offsets(frames_total, self.clip)
+        fast_ids, slow_ids = slowfast_indices(offsets, frames_total, self.clip)
+        unique = sorted(set(fast_ids + slow_ids))
+        frames = self._read(entry, unique)
+        clip = to_float_clip(frames)
+        position = {f: i for i, f in enumerate(unique)}
+        height, width = clip.shape[-2:]
+        if self.mode == "train":
+            box = train_crop_box(height, width, self.transform, rng)
+            flip = self.transform.random_flip and bool(rng.integers(2))
+        else:
+            box, flip = center_crop_box(height, width, self.transform.input_size), False
+        fast = apply(clip[:, [position[f] for f in fast_ids]], box, flip, self.transform)
+        slow = apply(clip[:, [position[f] for f in slow_ids]], box, flip, self.transform)
+        return slow, fast, entry.label

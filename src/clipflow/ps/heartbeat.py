@@ -1,0 +1,109 @@
+"""A server's or worker's heartbeat thread: proves this node alive, watches the scheduler.
+
+The thread owns its own DEALER socket (zmq sockets are not thread-safe). It
+sends a heartbeat every interval; the scheduler answers each. If the scheduler
+sends ABORT, or has not answered for the heartbeat timeout (the startup timeout
+before its first answer, so nodes may start before the scheduler), the thread
+calls ``on_abort(reason)``, which by default prints one line and ends the whole
+process with ``os._exit(1)``: a main thread stuck in compute or in a wait cannot
+keep a broken job alive.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+
+import zmq
+
+from clipflow.ps.env import PSConfig
+from clipflow.ps.log import Log, print_abort
+from clipflow.ps.transport import Channel, connect, make_socket
+from clipflow.ps.wire import Message, Op
+
+POLL_S = 0.05
+
+
+def exit_process(reason: str) -> None:
+    """Default abort action: print the reason and end the process at once."""
+    print_abort(reason)
+    os._exit(1)
+
+
+class Heartbeat(threading.Thread):
+    """Daemon thread; :attr:`aborted` is set (and ``on_abort`` called) when the job must end."""
+
+    def __init__(
+        self,
+        ctx: zmq.Context,
+        cfg: PSConfig,
+        uid: str,
+        identity: bytes,
+        log: Log,
+        on_abort: Callable[[str], None] = exit_process,
+    ) -> None:
+        super().__init__(name="clipflow-ps-heartbeat", daemon=True)
+        self.ctx = ctx
+        self.cfg = cfg
+        self.uid = uid
+        self.identity = identity
+        self.log = log
+        self.on_abort = on_abort
+        self.aborted = threading.Event()
+        self.answered = threading.Event()  # set on the scheduler's first answer: it can route ABORT to us
+        self.reason = ""
+        self._halt = threading.Event()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop beating (after DONE, or on shutdown) and wait for the thread to close its socket."""
+        self._halt.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(timeout)
+
+    def run(self) -> None:
+        try:
+            self._loop()
+        except Exception as exc:  # any failure here must end the job, not hang it
+            self._abort(f"heartbeat thread failed: {type(exc).__name__}: {exc}")
+
+    def _loop(self) -> None:
+        cfg = self.cfg
+        sock = make_socket(self.ctx, zmq.DEALER, self.identity)
+        channel = Channel(sock, self.log, "heartbeat")
+        try:
+            connect(sock, cfg.root_uri, cfg.root_port)
+            started = time.monotonic()
+            last_answer: float | None = None
+            next_beat = started
+            while not self._halt.is_set():
+                now = time.monotonic()
+                if now >= next_beat:
+                    channel.try_send(Message(Op.HEARTBEAT, {"uid": self.uid}))
+                    next_beat = now + cfg.heartbeat_interval
+                got = channel.recv(min(POLL_S, max(0.0, next_beat - now)))
+                now = time.monotonic()
+                if got is not None:
+                    msg = got[1]
+                    if msg.op == Op.HEARTBEAT_ACK:
+                        last_answer = now
+                        self.answered.set()
+                    elif msg.op == Op.ABORT:
+                        self._abort(str(msg.get("reason", "the scheduler aborted the job")))
+                        return
+                limit = cfg.heartbeat_timeout if last_answer is not None else cfg.startup_timeout
+                since = last_answer if last_answer is not None else started
+                if now - since > limit and not self._halt.is_set():
+                    self._abort(
+                        f"scheduler at {cfg.root_uri}:{cfg.root_port} stopped answering "
+                        f"(no heartbeat reply for {now - since:.1f} s)"
+                    )
+                    return
+        finally:
+            channel.close()
+
+    def _abort(self, reason: str) -> None:
+        self.reason = reason
+        self.aborted.set()
+        self.on_abort(reason)

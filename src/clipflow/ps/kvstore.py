@@ -1,0 +1,427 @@
+"""The worker side of the parameter server, with MXNet kvstore semantics.
+
+::
+
+    kv = KVStore.create("dist_sync")          # reads DMLC_* from the environment
+    kv.init(3, weight)                        # rank 0's value is stored; all workers call it
+    kv.pushpull([3], [grad], [grad])          # grad becomes the sum over all workers
+    kv.close()                                # also runs at exit
+
+A KVStore is used from one thread. Values are float32 on the wire; other
+floating dtypes are converted, tensors on other devices are copied through the
+CPU. Keys bigger than MXNET_KVSTORE_BIGARRAY_BOUND elements are split over all
+servers. ``push`` returns once its data is queued; a later ``pull``/``push`` of
+the same key, ``barrier`` and ``close`` wait for it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import sys
+import time
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import TracebackType
+
+import numpy as np
+import torch
+import zmq
+
+from clipflow.errors import ClipflowError
+from clipflow.ps.env import PSConfig
+from clipflow.ps.log import Log
+from clipflow.ps.node import NodeLink, Welcome
+from clipflow.ps.placement import Part, Placement
+from clipflow.ps.transport import Channel, connect, make_socket
+from clipflow.ps.wire import Message, Op
+
+MODES = ("dist_sync", "dist_async", "dist_sync_device", "dist_async_device")
+POLL_MS = 100
+
+TensorOrList = torch.Tensor | Sequence[torch.Tensor]
+
+
+@dataclass(frozen=True)
+class _KeyInfo:
+    shape: tuple[int, ...]
+    numel: int
+    parts: tuple[Part, ...]
+
+
+class KVStore:
+    """A worker's handle on the parameter servers. Build it with :meth:`create`."""
+
+    def __init__(self, mode: str, cfg: PSConfig, link: NodeLink, welcome: Welcome, log: Log) -> None:
+        self._mode = mode
+        self._sync = "async" not in mode
+        self._cfg = cfg
+        self._link = link
+        self._welcome = welcome
+        self._log = log
+        self._placement = Placement(welcome.num_server, cfg.bigarray_bound)
+        self._keys: dict[int, _KeyInfo] = {}
+        self._seq = 0
+        self._replies: dict[int, Message] = {}
+        self._abandoned: set[int] = set()
+        self._inflight: dict[int, list[int]] = {}  # key -> seqs of pushes not yet answered
+        self._closed = False
+        self._failed = False
+        self._servers: list[Channel] = []
+        self._by_socket: dict[zmq.Socket, Channel] = {}
+        self._poller = zmq.Poller()
+        for addr in sorted(welcome.servers, key=lambda s: s.rank):
+            sock = make_socket(link.ctx, zmq.DEALER, f"{link.uid}/d{addr.rank}".encode())
+            connect(sock, addr.host, addr.port)
+            channel = Channel(sock, log, f"server {addr.rank}")
+            self._servers.append(channel)
+            self._by_socket[sock] = channel
+            self._poller.register(sock, zmq.POLLIN)
+            log.info(f"connected to server {addr.rank} at {addr.host}:{addr.port}")
+        _live.add(self)
+        _install_excepthook()
+        atexit.register(self.close)
+
+    @classmethod
+    def create(cls, mode: str = "dist_sync", cfg: PSConfig | None = None) -> KVStore:
+        """Register with the scheduler as a worker and connect to every server."""
+        if mode not in MODES:
+            raise ClipflowError(f"unknown kvstore mode {mode!r}; use one of {', '.join(MODES)}")
+        cfg = PSConfig.from_env() if cfg is None else cfg
+        if cfg.role != "worker":
+            raise ClipflowError(f"a KVStore runs in a worker: DMLC_ROLE must be 'worker', got {cfg.role!r}")
+        log = Log("worker", cfg.verbose)
+        link = NodeLink(cfg, "worker", log)
+        try:
+            welcome = link.register(None)
+        except BaseException as exc:
+            link.fail(f"{type(exc).__name__}: {exc}")
+            link.close()
+            raise
+        log.who = f"worker {welcome.rank}"
+        log.info(f"rank {welcome.rank} of {welcome.num_worker} workers, {welcome.num_server} servers, mode {mode}")
+        return cls(mode, cfg, link, welcome, log)
+
+    # -- properties ---------------------------------------------------------------------------
+
+    @property
+    def rank(self) -> int:
+        return self._welcome.rank
+
+    @property
+    def num_workers(self) -> int:
+        return self._welcome.num_worker
+
+    @property
+    def num_servers(self) -> int:
+        return self._welcome.num_server
+
+    @property
+    def type(self) -> str:
+        return self._mode
+
+    # -- operations ---------------------------------------------------------------------------
+
+    def init(self, key: int | Sequence[int], value: TensorOrList) -> None:
+        """Declare keys with initial values; rank 0's values are stored. Every worker must call it
+        with the same keys in the same order. Ends with a barrier, so every worker can pull after."""
+        self._check_open()
+        keys, values = _as_lists(key, value, "value")
+        prepared: list[tuple[int, tuple[int, ...], torch.Tensor]] = []
+        for k, v in zip(keys, values, strict=True):
+            _check_key(k)
+            if k in self._keys or any(k == p[0] for p in prepared):
+                raise ClipflowError(f"duplicate init of key {k}")
+            t = _check_tensor(k, v)
+            prepared.append((k, tuple(t.shape), _flat32(k, t)))
+        seqs = []
+        for k, shape, flat in prepared:
+            parts = self._placement.place(k, flat.numel())
+            self._keys[k] = _KeyInfo(shape, flat.numel(), parts)
+            if self.rank == 0:
+                seqs += [self._send(p.server, Op.INIT, k, flat[p.start : p.stop]) for p in parts]
+        self._collect(seqs)
+        self.barrier()
+
+    def push(self, key: int, value: TensorOrList) -> None:
+        """Push a value (a list = one per local device, summed first). Returns once queued."""
+        self._check_open()
+        info = self._info(key)
+        self._settle([key])
+        flat = _flat32(key, value, info.shape, owned=True)
+        self._inflight[key] = [
+            self._send(p.server, Op.PUSH, key, flat[p.start : p.stop], sync=self._sync) for p in info.parts
+        ]
+
+    def pull(self, key: int, out: TensorOrList) -> None:
+        """Write the stored value of ``key`` into ``out`` (a tensor or a list of them) in place."""
+        self._check_open()
+        info = self._info(key)
+        outs = _out_list(key, out, info.shape)
+        self._settle([key])
+        target = _Target(outs, info.numel)
+        seqs = {self._send(p.server, Op.PULL, key): (target, p) for p in info.parts}
+        self._fill(seqs)
+
+    def pushpull(
+        self,
+        keys: int | Sequence[int],
+        values: TensorOrList | Sequence[TensorOrList],
+        outs: TensorOrList | Sequence[TensorOrList],
+    ) -> None:
+        """Push every value, then write each key's merged result into its out (which may be the value).
+
+        All requests are sent before any reply is awaited. In dist_sync the results are the sum over
+        all workers of this round's pushes.
+        """
+        self._check_open()
+        key_list, value_list = _as_lists(keys, values, "values")
+        _, out_list = _as_lists(keys, outs, "outs")
+        if len(set(key_list)) != len(key_list):
+            raise ClipflowError(f"pushpull keys must be distinct, got {key_list}")
+        infos = [self._info(k) for k in key_list]
+        flats = [_flat32(k, v, i.shape) for k, v, i in zip(key_list, value_list, infos, strict=True)]
+        targets = [
+            _Target(_out_list(k, o, i.shape), i.numel) for k, o, i in zip(key_list, out_list, infos, strict=True)
+        ]
+        self._settle(key_list)
+        seqs: dict[int, tuple[_Target, Part]] = {}
+        for k, flat, info, target in zip(key_list, flats, infos, targets, strict=True):
+            for p in info.parts:
+                seqs[self._send(p.server, Op.PUSHPULL, k, flat[p.start : p.stop], sync=self._sync)] = (target, p)
+        self._fill(seqs)
+
+    def broadcast(self, key: int, value: torch.Tensor, out: TensorOrList) -> None:
+        """Rank 0's ``value`` ends up in every worker's ``out`` (initialising ``key`` if needed)."""
+        self._check_open()
+        if key not in self._keys:
+            self.init(key, value)
+        else:
+            info = self._info(key)
+            flat = _flat32(key, value, info.shape)
+            self._settle([key])
+            if self.rank == 0:
+                self._collect(
+                    [self._send(p.server, Op.INIT, key, flat[p.start : p.stop], overwrite=True) for p in info.parts]
+                )
+            self.barrier()
+        self.pull(key, out)
+        self.barrier()  # nobody may overwrite the key again before everyone has pulled it
+
+    def barrier(self) -> None:
+        """Wait until every worker reached a barrier (pushes in flight are answered first)."""
+        self._check_open()
+        self._settle(list(self._inflight))
+        seq = self._next_seq()
+        self._link.send(Message(Op.BARRIER, {"group": "worker", "seq": seq}))
+        self._link.wait(Op.BARRIER_DONE, seq)
+
+    def server_stats(self) -> list[dict[int, int]]:
+        """Per server rank: the keys it holds and how many elements of each (for tests and debugging)."""
+        self._check_open()
+        seqs = [self._send(s, Op.STATS, -1) for s in range(len(self._servers))]
+        replies = self._collect(seqs)
+        return [{int(k): int(n) for k, n in replies[seq]["keys"].items()} for seq in seqs]
+
+    def close(self) -> None:
+        """Finish: wait for pushes in flight, tell the scheduler DONE, stop the heartbeat. Idempotent."""
+        if self._closed:
+            return
+        if not self._failed:
+            try:
+                self._settle(list(self._inflight), timeout_s=self._cfg.heartbeat_timeout)
+            except ClipflowError as exc:
+                self._log.error(f"while closing: {exc}")
+            self._link.done()
+        self._closed = True
+        _live.discard(self)
+        for channel in self._servers:
+            channel.close()
+        self._link.close()
+        atexit.unregister(self.close)
+
+    def __enter__(self) -> KVStore:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if exc is not None:
+            self._fail(f"{type(exc).__name__}: {exc}")
+        else:
+            self.close()
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _fail(self, reason: str) -> None:
+        """Tell the scheduler this worker failed (it then aborts the job), and close."""
+        if self._closed:
+            return
+        self._failed = True
+        self._link.stop_heartbeat()  # the scheduler's ABORT echo must not os._exit us mid-traceback
+        self._link.fail(reason)
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClipflowError("this KVStore is closed")
+
+    def _info(self, key: int) -> _KeyInfo:
+        _check_key(key)
+        info = self._keys.get(key)
+        if info is None:
+            raise ClipflowError(f"key {key} was not initialised: call init({key}, value) first, on every worker")
+        return info
+
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def _send(self, server: int, op: str, key: int, data: torch.Tensor | None = None, **fields: object) -> int:
+        seq = self._next_seq()
+        arrays = [] if data is None else [data.numpy()]
+        msg = Message(op, {"key": key, "seq": seq, "rank": self.rank, **fields}, arrays)
+        self._servers[server].send(msg)
+        return seq
+
+    def _settle(self, keys: Sequence[int], timeout_s: float | None = None) -> None:
+        seqs = [s for k in keys for s in self._inflight.pop(k, [])]
+        self._collect(seqs, timeout_s)
+
+    def _collect(self, seqs: Sequence[int], timeout_s: float | None = None) -> dict[int, Message]:
+        """Wait for the replies to ``seqs``; raise ClipflowError on the first error reply."""
+        wanted = set(seqs)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while not wanted.issubset(self._replies):
+            self._link.check_abort()
+            if deadline is not None and time.monotonic() > deadline:
+                raise ClipflowError(f"no answer from the servers within {timeout_s:g} s")
+            for sock, _ in self._poller.poll(POLL_MS):
+                while sock.poll(0):
+                    self._receive(sock)
+            errors = [self._replies[s] for s in wanted if s in self._replies and self._replies[s].op == Op.ERROR]
+            if errors:
+                self._abandoned.update(wanted - self._replies.keys())
+                for s in wanted:
+                    self._replies.pop(s, None)
+                raise ClipflowError(str(errors[0].get("reason", "server error")))
+        return {s: self._replies.pop(s) for s in seqs}
+
+    def _receive(self, sock: zmq.Socket) -> None:
+        channel = self._by_socket[sock]
+        _, msg = channel.recv_ready()
+        seq = msg.get("seq")
+        if not isinstance(seq, int):
+            self._log.error(f"ignoring a {msg.op} from {channel.name} without a seq: {msg.get('reason', '')}")
+        elif seq in self._abandoned:
+            self._abandoned.discard(seq)
+        else:
+            self._replies[seq] = msg
+
+    def _fill(self, seqs: dict[int, tuple[_Target, Part]]) -> None:
+        """Collect value replies and write each part into its target, then finish the targets."""
+        replies = self._collect(list(seqs))
+        for seq, (target, part) in seqs.items():
+            msg = replies[seq]
+            if msg.op != Op.VALUE or len(msg.arrays) != 1 or msg.arrays[0].size != part.size:
+                raise ClipflowError(f"server {part.server} sent a bad {msg.op} reply")
+            target.write(part, msg.arrays[0])
+        for target in {id(t): t for t, _ in seqs.values()}.values():
+            target.finish()
+
+
+class _Target:
+    """Where pulled parts of one key go: straight into a CPU float32 contiguous out, else a staging buffer."""
+
+    def __init__(self, outs: list[torch.Tensor], numel: int) -> None:
+        self.outs = outs
+        direct = next((o for o in outs if _directly_writable(o)), None)
+        self.direct = direct
+        self.buffer = (direct.detach().view(-1) if direct is not None else torch.empty(numel)).numpy()
+
+    def write(self, part: Part, data: np.ndarray) -> None:
+        np.copyto(self.buffer[part.start : part.stop], data.reshape(-1))
+
+    def finish(self) -> None:
+        source = torch.from_numpy(self.buffer)
+        for out in self.outs:
+            if out is not self.direct:
+                with torch.no_grad():
+                    out.copy_(source.view(out.shape))
+
+
+def _directly_writable(t: torch.Tensor) -> bool:
+    return t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous()
+
+
+def _check_key(key: object) -> None:
+    if not isinstance(key, int) or isinstance(key, bool) or key < 0:
+        raise ClipflowError(f"kvstore keys must be non-negative integers, got {key!r}")
+
+
+def _check_tensor(key: int, t: object, what: str = "value") -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise ClipflowError(f"key {key}: the {what} must be a torch.Tensor, got {type(t).__name__}")
+    if not t.is_floating_point():
+        raise ClipflowError(f"key {key}: the {what} has dtype {t.dtype}; the kvstore holds floating-point tensors only")
+    return t
+
+
+def _flat32(key: int, value: TensorOrList, shape: tuple[int, ...] | None = None, owned: bool = False) -> torch.Tensor:
+    """``value`` (or the sum of a list of them) as a contiguous 1-D float32 CPU tensor."""
+    tensors = [value] if isinstance(value, torch.Tensor) else list(value)
+    if not tensors:
+        raise ClipflowError(f"key {key}: empty list of values")
+    tensors = [_check_tensor(key, t) for t in tensors]
+    expected = tuple(tensors[0].shape) if shape is None else shape
+    for t in tensors:
+        if tuple(t.shape) != expected:
+            raise ClipflowError(f"key {key}: value has shape {tuple(t.shape)}, expected {expected}")
+    flat = tensors[0].detach().to("cpu", torch.float32).contiguous().view(-1)
+    if len(tensors) > 1 or owned:
+        flat = flat.clone() if flat.data_ptr() == tensors[0].data_ptr() else flat
+        for t in tensors[1:]:
+            flat += t.detach().to("cpu", torch.float32).view(-1)
+    return flat
+
+
+def _out_list(key: int, out: TensorOrList, shape: tuple[int, ...]) -> list[torch.Tensor]:
+    outs = [out] if isinstance(out, torch.Tensor) else list(out)
+    if not outs:
+        raise ClipflowError(f"key {key}: empty list of outs")
+    for o in outs:
+        _check_tensor(key, o, "out")
+        if tuple(o.shape) != shape:
+            raise ClipflowError(f"key {key}: out has shape {tuple(o.shape)}, expected {shape}")
+    return outs
+
+
+def _as_lists(keys: object, values: object, what: str) -> tuple[list[int], list]:
+    if isinstance(keys, int):
+        return [keys], [values]
+    key_list = list(keys)  # type: ignore[call-overload]
+    value_list = list(values)  # type: ignore[call-overload]
+    if len(key_list) != len(value_list):
+        raise ClipflowError(f"got {len(key_list)} keys but {len(value_list)} {what}")
+    return key_list, value_list
+
+
+# -- uncaught exceptions end the whole job -------------------------------------------------------
+
+_live: weakref.WeakSet[KVStore] = weakref.WeakSet()
+_previous_hook = None
+
+
+def _excepthook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+    """Print the traceback, then send FAIL so the scheduler aborts the other nodes at once."""
+    stores = list(_live)
+    for store in stores:
+        store._link.stop_heartbeat()
+    (_previous_hook or sys.__excepthook__)(exc_type, exc, tb)
+    for store in stores:
+        store._fail(f"{exc_type.__name__}: {exc}")
+
+
+def _install_excepthook() -> None:
+    global _previous_hook
+    if sys.excepthook is not _excepthook:
+        _previous_hook = sys.excepthook
+        sys.excepthook = _excepthook

@@ -1,0 +1,187 @@
+"""The scheduler: registers nodes, hands out ranks, runs barriers, watches heartbeats.
+
+Message flow: every server and worker sends REGISTER; once all DMLC_NUM_SERVER
+servers and DMLC_NUM_WORKER workers are in, each gets WELCOME (rank, counts,
+server table). Workers send BARRIER and get BARRIER_DONE when their whole group
+arrived. Every node's heartbeat thread sends HEARTBEAT, answered at once. A node
+silent past the heartbeat timeout, a FAIL from a node, or an incomplete startup
+past the startup timeout makes the scheduler send ABORT (with the reason) to
+every node and exit 1. When every worker sent DONE, servers get SHUTDOWN and the
+scheduler exits 0.
+"""
+
+from __future__ import annotations
+
+import time
+
+import zmq
+
+from clipflow.ps.env import PSConfig
+from clipflow.ps.log import Log, print_abort
+from clipflow.ps.node import ServerAddress, Welcome, ctrl_identity, hb_identity, uid_of
+from clipflow.ps.registry import Node, Registry, RegistryError
+from clipflow.ps.signals import Terminated, sigterm_raises
+from clipflow.ps.transport import INVALID_OP, Channel, bind, make_context, make_socket
+from clipflow.ps.wire import Message, Op
+
+POLL_S = 0.05
+FLUSH_S = 1.0  # how long queued ABORT/SHUTDOWN messages get to leave before the socket closes
+
+
+class _Abort(Exception):
+    """Internal: the job must be torn down for ``reason``; ``also`` is a rejected node's uid to tell too."""
+
+    def __init__(self, reason: str, also: str | None = None) -> None:
+        super().__init__(reason)
+        self.also = also
+
+
+def run_scheduler(cfg: PSConfig) -> int:
+    """Run the scheduler until all workers are done (0) or the job is aborted (1)."""
+    log = Log("scheduler", cfg.verbose)
+    ctx = make_context()
+    sock = make_socket(ctx, zmq.ROUTER)
+    channel = Channel(sock, log, "router")
+    try:
+        bind(sock, cfg.root_uri, cfg.root_port)
+        log.info(f"listening on port {cfg.root_port} for {cfg.num_server} servers and {cfg.num_worker} workers")
+        with sigterm_raises():
+            return Scheduler(cfg, channel, log).run()
+    finally:
+        channel.close(FLUSH_S)
+        ctx.term()
+
+
+class Scheduler:
+    """The scheduler's event loop over one ROUTER socket."""
+
+    def __init__(self, cfg: PSConfig, channel: Channel, log: Log) -> None:
+        self.cfg = cfg
+        self.channel = channel
+        self.log = log
+        self.registry = Registry(cfg.num_server, cfg.num_worker)
+        self.barriers: dict[str, dict[str, int]] = {}  # group -> uid -> the seq its BARRIER carried
+
+    def run(self) -> int:
+        deadline = time.monotonic() + self.cfg.startup_timeout
+        try:
+            while True:
+                got = self.channel.recv(POLL_S)
+                now = time.monotonic()
+                if got is not None:
+                    peer, msg = got
+                    assert peer is not None
+                    if self._handle(peer, msg, now):
+                        return 0
+                self._check_liveness(now, deadline)
+        except (_Abort, Terminated, KeyboardInterrupt) as exc:
+            also = exc.also if isinstance(exc, _Abort) else None
+            reason = str(exc) if isinstance(exc, _Abort) else f"the {self.name} was {_how(exc)}"
+            uids = [node.uid for node in self.registry.nodes()] + ([also] if also else [])
+            for uid in uids:
+                self.channel.try_send(Message(Op.ABORT, {"reason": reason}), hb_identity(uid))
+            print_abort(reason)
+            return 1
+
+    @property
+    def name(self) -> str:
+        return f"scheduler at {self.cfg.root_uri}:{self.cfg.root_port}"
+
+    def _check_liveness(self, now: float, deadline: float) -> None:
+        stale = self.registry.stale(now, self.cfg.heartbeat_timeout)
+        if stale is not None:
+            raise _Abort(f"{stale.describe()} stopped answering (no heartbeat for {now - stale.last_seen:.1f} s)")
+        if not self.registry.ranked and now > deadline:
+            counts = self.registry.counts()
+            raise _Abort(
+                f"startup timed out after {self.cfg.startup_timeout:g} s (CLIPFLOW_STARTUP_TIMEOUT): "
+                f"{counts['server']} of {self.cfg.num_server} servers and {counts['worker']} of "
+                f"{self.cfg.num_worker} workers registered; check that every node was started with "
+                f"DMLC_PS_ROOT_URI={self.cfg.root_uri} DMLC_PS_ROOT_PORT={self.cfg.root_port}"
+            )
+
+    def _handle(self, peer: bytes, msg: Message, now: float) -> bool:
+        """Process one message; True when the job finished cleanly."""
+        uid = msg.get("uid") or uid_of(peer)
+        node = self.registry.get(uid)
+        if node is not None:
+            node.last_seen = now
+        if msg.op == Op.HEARTBEAT:
+            self.channel.try_send(Message(Op.HEARTBEAT_ACK), peer)
+        elif msg.op == Op.REGISTER:
+            self._register(uid, msg, now)
+        elif node is None:
+            self.log.info(f"ignoring {msg.op} from unregistered node {uid}")
+        elif msg.op == Op.BARRIER:
+            self._barrier(node, msg)
+        elif msg.op == Op.DONE:
+            node.done = True
+            self.log.info(f"{node.describe()} is done")
+            self._release_barriers()
+            if self.registry.workers_done:
+                self._shutdown()
+                return True
+        elif msg.op == Op.FAIL:
+            raise _Abort(f"{node.describe()} failed: {msg.get('reason', 'no reason given')}")
+        elif msg.op == INVALID_OP:
+            self.log.error(f"{node.describe()} sent a {msg.get('reason')}")
+        else:
+            self.log.info(f"ignoring unexpected {msg.op} from {node.describe()}")
+        return False
+
+    def _register(self, uid: str, msg: Message, now: float) -> None:
+        role = str(msg.get("role"))
+        host = str(msg.get("host"))
+        try:
+            port = msg.get("port")
+            rank = msg.get("rank")
+            self.registry.add(
+                uid, role, host, None if port is None else int(port), None if rank is None else int(rank), now
+            )
+        except (TypeError, ValueError) as exc:
+            raise _Abort(f"bad registration from {role} on {host}: {exc}", also=uid) from None
+        except RegistryError as exc:
+            raise _Abort(str(exc), also=uid) from None
+        counts = self.registry.counts()
+        self.log.info(
+            f"registered {role} on {host} ({counts['server']}/{self.cfg.num_server} servers, "
+            f"{counts['worker']}/{self.cfg.num_worker} workers)"
+        )
+        if self.registry.complete and not self.registry.ranked:
+            self._welcome()
+
+    def _welcome(self) -> None:
+        self.registry.assign_ranks()
+        servers = tuple(ServerAddress(n.rank or 0, n.host, n.port or 0) for n in self.registry.servers())
+        for node in self.registry.nodes():
+            welcome = Welcome(node.rank or 0, self.cfg.num_server, self.cfg.num_worker, servers)
+            self.channel.try_send(Message(Op.WELCOME, welcome.to_fields()), ctrl_identity(node.uid))
+            self.log.info(f"welcomed {node.describe()}")
+
+    def _barrier(self, node: Node, msg: Message) -> None:
+        group = str(msg.get("group", "worker"))
+        try:
+            self.registry.group(group)
+        except RegistryError as exc:
+            raise _Abort(f"{node.describe()}: {exc}") from None
+        self.barriers.setdefault(group, {})[node.uid] = int(msg.get("seq", 0))
+        self._release_barriers()
+
+    def _release_barriers(self) -> None:
+        """Answer every barrier whose live members have all arrived."""
+        for group, arrived in list(self.barriers.items()):
+            members = self.registry.group(group)
+            if members and all(n.uid in arrived for n in members):
+                for n in members:
+                    reply = Message(Op.BARRIER_DONE, {"group": group, "seq": arrived[n.uid]})
+                    self.channel.try_send(reply, ctrl_identity(n.uid))
+                del self.barriers[group]
+
+    def _shutdown(self) -> None:
+        for node in self.registry.nodes("server"):
+            self.channel.try_send(Message(Op.SHUTDOWN), ctrl_identity(node.uid))
+        self.log.info("all workers are done; servers told to shut down")
+
+
+def _how(exc: BaseException) -> str:
+    return "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted (SIGINT)"

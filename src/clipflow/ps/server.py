@@ -1,0 +1,75 @@
+"""A parameter server process: a ROUTER on a free port serving one KeyValueStore."""
+
+from __future__ import annotations
+
+import signal
+
+import zmq
+
+from clipflow.ps.env import PSConfig
+from clipflow.ps.log import Log, print_abort
+from clipflow.ps.node import NodeLink
+from clipflow.ps.signals import Terminated, sigterm_raises
+from clipflow.ps.store import KeyValueStore, Updater
+from clipflow.ps.transport import Channel, bind_random, make_socket
+from clipflow.ps.wire import Op
+
+POLL_MS = 100
+BATCH = 256  # requests handled before looking at the control socket again
+
+
+def run_server(cfg: PSConfig, updater: Updater | None = None) -> int:
+    """Serve until the scheduler says SHUTDOWN (0) or aborts the job (1, or the process exits 1)."""
+    log = Log("server", cfg.verbose)
+    link = NodeLink(cfg, "server", log)
+    data = Channel(make_socket(link.ctx, zmq.ROUTER), log, "data")
+    try:
+        with sigterm_raises():
+            port = bind_random(data.sock, cfg.node_host)
+            welcome = link.register(port)
+            log.who = f"server {welcome.rank}"
+            log.info(
+                f"rank {welcome.rank} of {welcome.num_server}, serving {welcome.num_worker} workers on port {port}"
+            )
+            store = KeyValueStore(welcome.rank, welcome.num_worker, updater)
+            return _serve(link, data, store, log)
+    except Terminated as exc:
+        link.fail(str(exc))
+        print_abort(f"{log.who} {exc}")
+        return 128 + signal.SIGTERM
+    except BaseException as exc:
+        link.fail(f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        data.close()
+        link.close()
+
+
+def _serve(link: NodeLink, data: Channel, store: KeyValueStore, log: Log) -> int:
+    poller = zmq.Poller()
+    poller.register(data.sock, zmq.POLLIN)
+    poller.register(link.ctrl.sock, zmq.POLLIN)
+    peers: set[bytes] = set()
+    while True:
+        link.check_abort()
+        events = dict(poller.poll(POLL_MS))
+        if data.sock in events:
+            for _ in range(BATCH):
+                peer, msg = data.recv_ready()
+                assert peer is not None
+                if peer not in peers:
+                    peers.add(peer)
+                    log.info(f"connection from worker {msg.get('rank', '?')}")
+                for to, reply in store.handle(peer, msg):
+                    data.try_send(reply, to)
+                if not data.sock.poll(0):
+                    break
+        if link.ctrl.sock in events:
+            _, msg = link.ctrl.recv_ready()
+            if msg.op == Op.SHUTDOWN:
+                log.info("shutting down: all workers are done")
+                return 0
+            if msg.op == Op.ABORT:
+                print_abort(str(msg.get("reason", "the scheduler aborted the job")))
+                return 1
+            log.info(f"ignoring unexpected {msg.op} from the scheduler")

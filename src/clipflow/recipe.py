@@ -1,0 +1,78 @@
+"""Recipes: load `recipes/<name>.yaml`, apply overrides, validate against the schema, fill defaults."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from clipflow.errors import ClipflowError
+
+REPO = Path(__file__).resolve().parents[2]
+RECIPES_DIR = REPO / "recipes"
+SCHEMAS_DIR = REPO / "workflow" / "schemas"
+
+
+def load_yaml(path: str | Path, what: str) -> Any:
+    path = Path(path)
+    if not path.is_file():
+        raise ClipflowError(f"{what} {path} does not exist")
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ClipflowError(f"{what} {path} is not valid YAML: {exc}") from None
+
+
+def _fill_defaults(schema: dict, data: Any) -> None:
+    if not isinstance(data, dict):
+        return
+    for key, sub in schema.get("properties", {}).items():
+        if key not in data and "default" in sub:
+            data[key] = copy.deepcopy(sub["default"])
+        if key in data:
+            _fill_defaults(sub, data[key])
+
+
+def validate(data: Any, schema_name: str, what: str) -> dict:
+    """Validates against workflow/schemas/<schema_name>, fills defaults; errors name the offending key."""
+    schema = load_yaml(SCHEMAS_DIR / schema_name, "schema")
+    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(data), key=lambda e: list(e.absolute_path))
+    if errors:
+        err = errors[0]
+        where = ".".join(str(p) for p in err.absolute_path) or "(top level)"
+        raise ClipflowError(f"{what}: {where}: {err.message}")
+    data = copy.deepcopy(data)
+    _fill_defaults(schema, data)
+    return data
+
+
+def deep_merge(base: dict, extra: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in extra.items():
+        out[key] = deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def recipe_path(name_or_path: str, recipes_dir: str | Path = RECIPES_DIR) -> Path:
+    """A recipe name (`<recipes_dir>/<name>.yaml`) or a path to a recipe file."""
+    candidate = Path(name_or_path)
+    if candidate.suffix in (".yaml", ".yml") and candidate.is_file():
+        return candidate
+    path = Path(recipes_dir) / f"{name_or_path}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in Path(recipes_dir).glob("*.yaml"))) or "none"
+        raise ClipflowError(f"unknown recipe {name_or_path!r}: no file {path}; known recipes: {known}")
+    return path
+
+
+def load_recipe(name_or_path: str, overrides: dict | None = None, recipes_dir: str | Path = RECIPES_DIR) -> dict:
+    path = recipe_path(name_or_path, recipes_dir)
+    data = load_yaml(path, "recipe")
+    if not isinstance(data, dict):
+        raise ClipflowError(f"recipe {path} must be a mapping of sections (model, data, train)")
+    if overrides:
+        data = deep_merge(data, overrides)
+    return validate(data, "recipe.schema.yaml", f"recipe {path.name}" + (" with overrides" if overrides else ""))

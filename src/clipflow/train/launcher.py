@@ -1,0 +1,156 @@
+"""Start every role of a run, merge their output, and end them all on the first failure.
+
+Each process's lines come back prefixed `[role rank host]`, on the console and in
+one log file per process. When any process exits non-zero, or the launcher gets
+SIGINT or SIGTERM, every other process is sent SIGTERM, then SIGKILL after a grace
+period, and the launcher's exit code is the first failure's. Nothing is left running.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from clipflow.cluster.plan import Role
+
+POLL_S = 0.1
+
+
+@dataclass
+class RoleCommand:
+    role: Role
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def tag(self) -> str:
+        return f"{self.role.role} {self.role.rank} {self.role.host}"
+
+    @property
+    def log_name(self) -> str:
+        return f"{self.role.role}-{self.role.rank}.log"
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+class Launcher:
+    def __init__(
+        self, commands: list[RoleCommand], log_dir: str | Path, grace_s: float = 10.0, console: IO[str] | None = None
+    ):
+        self.commands = commands
+        self.log_dir = Path(log_dir)
+        self.grace_s = grace_s
+        self.console = console or sys.stdout
+        self.lock = threading.Lock()
+        self.procs: list[subprocess.Popen] = []
+        self.readers: list[threading.Thread] = []
+        self.stop_signal: int | None = None
+
+    def say(self, text: str) -> None:
+        with self.lock:
+            print(text, file=self.console, flush=True)
+
+    def _pump(self, cmd: RoleCommand, proc: subprocess.Popen) -> None:
+        with open(self.log_dir / cmd.log_name, "w", encoding="utf-8", errors="replace") as log:
+            for raw in proc.stdout:  # type: ignore[union-attr]
+                line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+                log.write(line + "\n")
+                log.flush()
+                self.say(f"[{cmd.tag}] {line}")
+
+    def _start(self, cmd: RoleCommand) -> None:
+        env = {**os.environ, **cmd.env, "PYTHONUNBUFFERED": "1"}
+        proc = subprocess.Popen(
+            cmd.argv,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.procs.append(proc)
+        reader = threading.Thread(target=self._pump, args=(cmd, proc), daemon=True)
+        reader.start()
+        self.readers.append(reader)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self.stop_signal = signum
+
+    def _terminate_all(self) -> int:
+        """SIGTERM every live process group, SIGKILL after the grace period; returns how many were running."""
+        live = [p for p in self.procs if p.poll() is None]
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for p in live:
+                try:
+                    os.killpg(p.pid, sig)
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + (self.grace_s if sig == signal.SIGTERM else 5.0)
+            while time.monotonic() < deadline and any(p.poll() is None for p in live):
+                time.sleep(POLL_S)
+        for p in self.procs:  # children a role left in its group
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return len(live)
+
+    def run(self) -> int:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        failure: tuple[RoleCommand, int] | None = None
+        try:
+            for cmd in self.commands:
+                self._start(cmd)
+            workers = [i for i, c in enumerate(self.commands) if c.role.role == "worker"]
+            workers_done_at: float | None = None
+            while self.stop_signal is None:
+                codes = [p.poll() for p in self.procs]
+                bad = [i for i, c in enumerate(codes) if c not in (None, 0)]
+                if bad:
+                    failure = (self.commands[bad[0]], codes[bad[0]])  # type: ignore[assignment]
+                    break
+                if all(c == 0 for c in codes):
+                    break
+                if all(codes[i] == 0 for i in workers):
+                    workers_done_at = workers_done_at or time.monotonic()
+                    if time.monotonic() - workers_done_at > self.grace_s:
+                        self.say(
+                            "clipflow launch: the workers finished but the scheduler or a server did not "
+                            f"exit within {self.grace_s:.0f} s; stopping them"
+                        )
+                        break
+                time.sleep(POLL_S)
+        finally:
+            stopped = self._terminate_all()
+            for reader in self.readers:
+                reader.join(timeout=5)
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+        if self.stop_signal is not None:
+            name = signal.Signals(self.stop_signal).name
+            self.say(f"clipflow launch: got {name}; stopped {stopped} running processes")
+            return 128 + self.stop_signal
+        if failure:
+            cmd, code = failure
+            self.say(
+                f"clipflow launch: {cmd.role.role} {cmd.role.rank} on {cmd.role.host} failed "
+                f"({describe_exit(code)}); stopped the {stopped} other running processes. "
+                f"Its log: {self.log_dir / cmd.log_name}"
+            )
+            return code if code > 0 else 128 - code
+        return 0

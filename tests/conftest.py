@@ -1,0 +1,36 @@
+"""Shared fixtures: a small synthetic video set made once per test session."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+os.environ.setdefault("CLIPFLOW_NO_PROGRESS", "1")
+
+
+@pytest.fixture(scope="session")
+def repo() -> Path:
+    return REPO
+
+
+@pytest.fixture(scope="session")
+def tiny_videos(tmp_path_factory) -> Path:
+    """16 train and 8 val videos of the synthetic set, 24-40 frames each."""
+    from clipflow.data.synthetic import SyntheticSpec, generate
+
+    out = tmp_path_factory.mktemp("synthetic")
+    generate(out, SyntheticSpec(num_train=16, num_val=8, min_frames=24, max_frames=40, short_side=64), workers=2)
+    return out
+
+
+def python_env() -> dict[str, str]:
+    """Environment for subprocesses: this interpreter's venv first on PATH, progress bars off."""
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["CLIPFLOW_NO_PROGRESS"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    return env

@@ -1,0 +1,143 @@
+"""Bad input a user can give the workflow: recipe names, config keys, overrides, CLI arguments."""
+
+import subprocess
+import sys
+
+import pytest
+from conftest import python_env
+
+from clipflow.errors import ClipflowError
+from clipflow.recipe import load_recipe
+
+
+def snakemake_dry_run(repo, *config: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "1", "train_slowfast"]
+    if config:
+        cmd += ["--config", *config]
+    return subprocess.run(cmd, cwd=repo, env=python_env(), capture_output=True, text=True, timeout=120)
+
+
+def test_unknown_recipe_is_named_with_the_known_ones(repo):
+    done = snakemake_dry_run(repo, "recipe=slowfast_99x1_resnet7")
+    assert done.returncode != 0
+    out = done.stdout + done.stderr
+    assert "unknown recipe 'slowfast_99x1_resnet7'" in out
+    assert "slowfast_tiny_synthetic" in out
+
+
+def test_config_key_not_in_schema_is_refused(repo):
+    done = snakemake_dry_run(repo, "bogus_key=1")
+    assert done.returncode != 0
+    assert "bogus_key" in done.stdout + done.stderr
+
+
+def test_config_value_of_wrong_type_is_refused(repo):
+    done = snakemake_dry_run(repo, "cluster={'num_workers': 'two'}")
+    assert done.returncode != 0
+    assert "'two' is not of type 'integer'" in done.stdout + done.stderr
+
+
+def test_recipe_override_with_unknown_key_names_it():
+    with pytest.raises(ClipflowError, match=r"train: Additional properties are not allowed \('epoks' was unexpected"):
+        load_recipe("slowfast_tiny_synthetic", {"train": {"epoks": 3}})
+
+
+def test_recipe_defaults_are_filled():
+    recipe = load_recipe("slowfast_tiny_synthetic", {"train": {"epochs": 2}})
+    assert recipe["train"]["epochs"] == 2
+    assert recipe["train"]["nesterov"] is False and recipe["data"]["num_segments"] == 1
+
+
+def test_recipe_file_that_is_not_yaml(tmp_path):
+    bad = tmp_path / "broken.yaml"
+    bad.write_text("model: [unclosed\n")
+    with pytest.raises(ClipflowError, match="is not valid YAML"):
+        load_recipe(str(bad))
+
+
+def test_cli_error_is_one_line_with_exit_2(tmp_path):
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "clipflow",
+            "splits",
+            "--list",
+            str(tmp_path / "none.lst"),
+            "--num-workers",
+            "2",
+            "--out-dir",
+            str(tmp_path),
+        ],
+        env=python_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"clipflow: error: list file {tmp_path / 'none.lst'} does not exist; "
+        "check the data settings (train_list / val_list)"
+    ]
+
+
+def test_port_in_use_is_refused(tmp_path):
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("0.0.0.0", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "clipflow",
+                "cluster",
+                "plan",
+                "--root-port",
+                str(port),
+                "--out",
+                str(tmp_path / "plan.json"),
+            ],
+            env=python_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 2
+    assert f"port {port} on localhost is in use" in done.stderr
+
+
+def test_local_launcher_refuses_remote_hosts(tmp_path):
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "clipflow",
+            "cluster",
+            "plan",
+            "--hosts",
+            "node1,node2",
+            "--out",
+            str(tmp_path / "plan.json"),
+        ],
+        env=python_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "the local launcher runs every role on this machine" in done.stderr
+
+
+def test_snakemake_lint_is_clean(repo):
+    done = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--lint"],
+        cwd=repo,
+        env=python_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0
+    assert "Lints for" not in done.stdout + done.stderr, done.stdout + done.stderr

@@ -1,0 +1,153 @@
+"""Data stage: list files, the decord scan with broken videos, clip sampling, splits."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from clipflow.data.dataset import SlowFastClips
+from clipflow.data.listfile import VideoEntry, read_list, write_list
+from clipflow.data.sampling import ClipSpec, slowfast_indices, span_indices, train_offsets, val_offsets
+from clipflow.data.scan import scan, write_index
+from clipflow.data.splits import epoch_order, split_entries
+from clipflow.data.synthetic import CLASSES
+from clipflow.data.transforms import TransformSpec
+from clipflow.errors import ClipflowError
+
+
+def test_synthetic_set_is_made_once(tiny_videos):
+    from clipflow.data.synthetic import SyntheticSpec, generate
+
+    videos = sorted((tiny_videos / "videos").rglob("*.mp4"))
+    assert len(videos) == 24
+    stamps = {p: p.stat().st_mtime_ns for p in videos}
+    generate(tiny_videos, SyntheticSpec(num_train=16, num_val=8, min_frames=24, max_frames=40, short_side=64))
+    assert {p: p.stat().st_mtime_ns for p in videos} == stamps
+    labels = read_list(tiny_videos / "train_labels.txt")
+    assert {e.label for e in labels} == set(range(len(CLASSES)))
+
+
+def test_scan_counts_frames_and_keeps_good_videos(tiny_videos, tmp_path):
+    results = scan(read_list(tiny_videos / "train_labels.txt"), tiny_videos, num_classes=8, workers=2)
+    assert all(r.error is None for r in results)
+    assert all(24 <= r.num_frames <= 40 for r in results)
+    assert {(r.width, r.height) for r in results} == {(84, 64)}
+    manifest = write_index({"train": results}, tmp_path, CLASSES)
+    entries = read_list(tmp_path / "train.lst")
+    assert [e.num_frames for e in entries] == [r.num_frames for r in results]
+    assert manifest["splits"]["train"]["videos"] == 16 and manifest["failures"] == []
+
+
+def test_scan_lists_each_broken_video_with_its_reason(tiny_videos, tmp_path):
+    root = tmp_path / "tree"
+    shutil.copytree(tiny_videos / "videos", root / "videos")
+    good = sorted((root / "videos" / "train").glob("*.mp4"))
+    data = good[0].read_bytes()
+    (root / "truncated.mp4").write_bytes(data[: len(data) // 3])
+    (root / "empty.mp4").write_bytes(b"")
+    (root / "text.mp4").write_text("this is not a video\n")
+    lst = tmp_path / "raw.txt"
+    lst.write_text(
+        "".join(
+            [
+                f"{good[0].relative_to(root)} 0\n",
+                f"{good[1].relative_to(root)} 1\n",
+                "missing.mp4 2\n",
+                "truncated.mp4 3\n",
+                "empty.mp4 4\n",
+                "text.mp4 5\n",
+                f"{good[2].relative_to(root)} 99\n",
+                f"{good[0].relative_to(root)} 0\n",
+            ]
+        )
+    )
+    results = scan(read_list(lst), root, num_classes=8, workers=2)
+    manifest = write_index({"train": results}, tmp_path / "index", None)
+    reasons = {f["path"]: f["error"] for f in manifest["failures"]}
+    assert manifest["splits"]["train"]["videos"] == 2
+    assert "not found" in reasons["missing.mp4"]
+    assert "empty" in reasons["empty.mp4"]
+    assert reasons["truncated.mp4"] and reasons["text.mp4"]
+    assert "out of range" in reasons[str(good[2].relative_to(root))]
+    assert any(f["error"] == "duplicate entry" and f["line"] == 8 for f in manifest["failures"])
+    on_disk = json.loads((tmp_path / "index" / "manifest.json").read_text())
+    assert len(on_disk["failures"]) == 6
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("a.mp4\n", "line 1: expected"),
+        ("a.mp4 x 3\n", "line 1: label and frame count must be integers"),
+        ("# c\na.mp4 10 -1\n", "line 2: label -1 is out of range"),
+        ("a.mp4 0 1\n", "frame count 0 must be positive"),
+        ("\n# only comments\n", "has no entries"),
+    ],
+)
+def test_bad_list_lines_name_the_line(tmp_path, text, message):
+    path = tmp_path / "bad.lst"
+    path.write_text(text)
+    with pytest.raises(ClipflowError, match=message):
+        read_list(path)
+
+
+def test_list_round_trip_and_missing_file(tmp_path):
+    entries = [VideoEntry("a b/ü.mp4".replace(" ", "_"), 3, 50), VideoEntry("c.mp4", 0, 10)]
+    write_list(tmp_path / "x.lst", entries)
+    back = read_list(tmp_path / "x.lst")
+    assert [(e.path, e.label, e.num_frames) for e in back] == [(e.path, e.label, e.num_frames) for e in entries]
+    with pytest.raises(ClipflowError, match="does not exist"):
+        read_list(tmp_path / "nope.lst")
+
+
+def test_dataset_names_a_missing_video(tiny_videos, tmp_path):
+    lst = tmp_path / "train.lst"
+    write_list(lst, [VideoEntry("videos/train/not_there.mp4", 1, 30)])
+    ds = SlowFastClips(lst, tiny_videos, ClipSpec(8, 1, 1, 2, 4), TransformSpec(32), 42, 32)
+    with pytest.raises(ClipflowError, match=r"not_there.mp4 .*line 1\) does not exist"):
+        ds[0]
+
+
+def test_clip_shapes_and_determinism(tiny_videos, tmp_path):
+    results = scan(read_list(tiny_videos / "train_labels.txt"), tiny_videos, workers=1)
+    write_index({"train": results}, tmp_path, None)
+    spec = ClipSpec(new_length=16, new_step=1, fast_temporal_stride=2, slow_temporal_stride=8)
+    ds = SlowFastClips(tmp_path / "train.lst", tiny_videos, spec, TransformSpec(32, (1.0, 0.875)), 42, 32, "train")
+    slow, fast, label = ds[3]
+    assert slow.shape == (3, 2, 32, 32) and fast.shape == (3, 8, 32, 32)
+    again = ds[3][0]
+    assert (again == slow).all()
+    ds.set_epoch(1)
+    assert not (ds[3][1] == fast).all()
+
+
+def test_gluoncv_offsets_and_slowfast_layout():
+    spec = ClipSpec(new_length=8, new_step=2, num_segments=1, fast_temporal_stride=2, slow_temporal_stride=4)
+    assert val_offsets(40, spec).tolist() == [13]  # tick (40-16+1)/1 = 25, int(12.5) + 1
+    assert span_indices(13, 40, spec) == [12, 14, 16, 18, 20, 22, 24, 26]
+    fast, slow = slowfast_indices(np.array([13]), 40, spec)
+    assert fast == [14, 18, 22, 26] and slow == [18, 26]
+    # a video shorter than the clip repeats its last reachable frame
+    assert val_offsets(10, spec).tolist() == [1]
+    assert span_indices(1, 10, spec) == [0, 2, 4, 6, 8, 8, 8, 8]
+    rng = np.random.default_rng(0)
+    offsets = [int(train_offsets(40, spec, rng)[0]) for _ in range(200)]
+    assert min(offsets) == 1 and max(offsets) == 25
+
+
+@pytest.mark.parametrize("workers", range(1, 9))
+@pytest.mark.parametrize("size", [13, 50, 101])
+def test_splits_have_equal_length_and_cover_the_set(workers, size):
+    entries = [VideoEntry(f"v{i}.mp4", i % 3, 10) for i in range(size)]
+    parts = split_entries(entries, workers, seed=7)
+    assert len({len(p) for p in parts}) == 1
+    assert {e.path for p in parts for e in p} == {e.path for e in entries}
+    assert len(parts[0]) * workers - size < workers
+
+
+def test_split_errors_and_epoch_order():
+    with pytest.raises(ClipflowError, match="cannot be split over 4 workers"):
+        split_entries([VideoEntry("a.mp4", 0, 1)] * 3, 4, 0)
+    assert (epoch_order(20, 1, 2) == epoch_order(20, 1, 2)).all()
+    assert not (epoch_order(20, 1, 2) == epoch_order(20, 1, 3)).all()

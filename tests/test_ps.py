@@ -1,0 +1,399 @@
+"""Parameter server: unit tests, then real scheduler/server/worker processes on loopback sockets."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from clipflow.errors import ClipflowError
+from clipflow.ps import KVStore, PSConfig, run_role
+from clipflow.ps.placement import Placement, split_sizes
+from clipflow.ps.store import KeyValueStore
+from clipflow.ps.wire import Message, Op, WireError, decode, encode
+
+TESTS = Path(__file__).resolve().parent
+SRC = TESTS.parent / "src"
+HELPERS = TESTS / "ps_helpers.py"
+ROLE_CMD = [sys.executable, "-c", "import sys; from clipflow.ps import run_role; sys.exit(run_role())"]
+HB_TIMEOUT = 3.0
+PROC_TIMEOUT = 60.0
+
+
+def base_env(**extra: str) -> dict[str, str]:
+    return {
+        "DMLC_ROLE": "worker",
+        "DMLC_PS_ROOT_URI": "127.0.0.1",
+        "DMLC_PS_ROOT_PORT": "9091",
+        "DMLC_NUM_SERVER": "1",
+        "DMLC_NUM_WORKER": "2",
+        **extra,
+    }
+
+
+# -- env ----------------------------------------------------------------------------------------
+
+
+def test_env_defaults_and_overrides() -> None:
+    cfg = PSConfig.from_env(base_env())
+    assert (cfg.role, cfg.root_uri, cfg.root_port, cfg.num_server, cfg.num_worker) == (
+        "worker",
+        "127.0.0.1",
+        9091,
+        1,
+        2,
+    )
+    assert cfg.node_host == "127.0.0.1"  # loopback root: advertise the root URI
+    assert (cfg.verbose, cfg.bigarray_bound, cfg.rank) == (0, 1_000_000, None)
+    assert (cfg.heartbeat_interval, cfg.heartbeat_timeout, cfg.startup_timeout) == (1.0, 30.0, 120.0)
+    cfg = PSConfig.from_env(
+        base_env(
+            DMLC_NODE_HOST="10.0.0.7",
+            DMLC_INTERFACE="eth0",
+            PS_VERBOSE="2",
+            MXNET_KVSTORE_BIGARRAY_BOUND="64",
+            DMLC_RANK="1",
+            CLIPFLOW_HEARTBEAT_INTERVAL="0.5",
+            CLIPFLOW_HEARTBEAT_TIMEOUT="5",
+            CLIPFLOW_STARTUP_TIMEOUT="9",
+        )
+    )
+    assert (cfg.node_host, cfg.interface, cfg.verbose, cfg.bigarray_bound, cfg.rank) == ("10.0.0.7", "eth0", 2, 64, 1)
+    assert (cfg.heartbeat_interval, cfg.heartbeat_timeout, cfg.startup_timeout) == (0.5, 5.0, 9.0)
+
+
+@pytest.mark.parametrize(
+    ("change", "names"),
+    [
+        ({"DMLC_NUM_WORKER": "two"}, ["DMLC_NUM_WORKER", "'two'"]),
+        ({"DMLC_PS_ROOT_PORT": None}, ["DMLC_PS_ROOT_PORT", "not set"]),
+        ({"DMLC_PS_ROOT_PORT": "70000"}, ["DMLC_PS_ROOT_PORT", "1-65535"]),
+        ({"DMLC_ROLE": "boss"}, ["DMLC_ROLE", "scheduler, server, worker"]),
+        ({"DMLC_ROLE": None}, ["DMLC_ROLE", "not set"]),
+        ({"DMLC_NUM_SERVER": "0"}, ["DMLC_NUM_SERVER", ">= 1"]),
+        ({"DMLC_RANK": "2"}, ["DMLC_RANK", "0..1", "DMLC_NUM_WORKER=2"]),
+        ({"PS_VERBOSE": "3"}, ["PS_VERBOSE"]),
+        ({"CLIPFLOW_HEARTBEAT_TIMEOUT": "0.5"}, ["CLIPFLOW_HEARTBEAT_TIMEOUT", "CLIPFLOW_HEARTBEAT_INTERVAL"]),
+        ({"CLIPFLOW_STARTUP_TIMEOUT": "-1"}, ["CLIPFLOW_STARTUP_TIMEOUT", "> 0"]),
+    ],
+)
+def test_env_errors_name_the_variable(change: dict[str, str | None], names: list[str]) -> None:
+    env = base_env()
+    for name, val in change.items():
+        if val is None:
+            env.pop(name)
+        else:
+            env[name] = val
+    with pytest.raises(ClipflowError) as info:
+        PSConfig.from_env(env)
+    for name in names:
+        assert name in str(info.value)
+
+
+def test_unknown_mode_and_wrong_role_are_rejected_before_connecting() -> None:
+    cfg = PSConfig.from_env(base_env())
+    with pytest.raises(ClipflowError, match="dist_sync, dist_async, dist_sync_device, dist_async_device"):
+        KVStore.create("local_allreduce", cfg)
+    with pytest.raises(ClipflowError, match="DMLC_ROLE must be 'worker'"):
+        KVStore.create("dist_sync", PSConfig.from_env(base_env(DMLC_ROLE="server")))
+    with pytest.raises(ClipflowError, match="workers are the training processes"):
+        run_role(base_env())
+
+
+# -- placement ----------------------------------------------------------------------------------
+
+
+def test_split_sizes_are_even_and_contiguous() -> None:
+    assert split_sizes(10, 3) == [4, 3, 3]
+    assert split_sizes(9, 3) == [3, 3, 3]
+    assert split_sizes(2, 4) == [1, 1, 0, 0]
+    placement = Placement(num_servers=3, bound=5)
+    parts = placement.place(7, 11)
+    assert [(p.server, p.start, p.stop) for p in parts] == [(0, 0, 4), (1, 4, 8), (2, 8, 11)]
+    assert placement.place(7, 11) == parts  # same key, same answer
+    with pytest.raises(ValueError, match="key 7"):
+        placement.place(7, 12)
+    assert len(Placement(num_servers=4, bound=1).place(0, 2)) == 2  # empty parts are dropped
+    assert len(Placement(num_servers=3, bound=5).place(8, 5)) == 1  # at the bound: whole
+
+
+PLACEMENT_TABLE = """
+import json
+from clipflow.ps.placement import Placement
+placement = Placement(4, 900)
+sizes = [(k * 37) % 1000 + 1 for k in range(200)]
+print(json.dumps([[p.server for p in placement.place(k, n)] for k, n in enumerate(sizes)]))
+"""
+
+
+def test_placement_is_deterministic_across_processes_and_balanced() -> None:
+    tables = []
+    for seed in ("1", "12345"):
+        env = {**os.environ, "PYTHONPATH": str(SRC), "PYTHONHASHSEED": seed}
+        out = subprocess.run(
+            [sys.executable, "-c", PLACEMENT_TABLE], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert out.returncode == 0, out.stderr
+        tables.append(json.loads(out.stdout))
+    assert tables[0] == tables[1]
+    assert {len(row) for row in tables[0]} == {1, 4}  # small keys whole, big ones over all 4 servers
+    placement = Placement(4, 10**9)
+    for k in range(400):
+        placement.place(k, 100)
+    assert placement.loads == [10_000] * 4
+    small = Placement(8, 10)
+    assert len({small.place(k, 1)[0].server for k in range(8)}) == 8  # least-loaded first
+
+
+# -- wire and the server's key-value logic ------------------------------------------------------
+
+
+def test_wire_round_trip_without_copies_or_pickle() -> None:
+    arr = np.arange(12, dtype=np.float32).reshape(3, 4)
+    frames = encode(Message(Op.PUSH, {"key": 3, "seq": 9}, [arr]))
+    assert json.loads(bytes(frames[0])) == {"op": "push", "key": 3, "seq": 9, "arrays": [["float32", [3, 4]]]}
+    msg = decode([bytes(f) for f in frames])
+    assert (msg.op, msg["key"], msg["seq"]) == ("push", 3, 9)
+    np.testing.assert_array_equal(msg.arrays[0], arr)
+    with pytest.raises(WireError, match="needs 48 bytes"):
+        decode([frames[0], b"\0" * 8])
+    with pytest.raises(WireError):
+        decode([b"\x80\x04not json"])
+    with pytest.raises(WireError, match="cannot be sent"):
+        encode(Message(Op.PUSH, {}, [np.zeros(2, dtype=object)]))
+
+
+def _push(op: str, key: int, rank: int, values: list[float], seq: int, sync: bool = True) -> Message:
+    return Message(op, {"key": key, "seq": seq, "rank": rank, "sync": sync}, [np.array(values, dtype=np.float32)])
+
+
+def test_store_sums_a_round_and_answers_only_when_complete() -> None:
+    store = KeyValueStore(server_rank=0, num_worker=2)
+    assert store.handle(b"w0", _push(Op.INIT, 1, 0, [1, 1], 1))[0][1].op == Op.OK
+    assert store.handle(b"w1", _push(Op.INIT, 1, 1, [5, 5], 2))[0][1].op == Op.OK  # first init wins
+    assert store.handle(b"w0", _push(Op.PUSHPULL, 1, 0, [1, 2], 3)) == []
+    dup = store.handle(b"w0", _push(Op.PUSH, 1, 0, [1, 2], 4))
+    assert "twice in one round" in dup[0][1]["reason"]
+    replies = store.handle(b"w1", _push(Op.PUSH, 1, 1, [10, 20], 5))
+    assert [(peer, m.op, m["seq"]) for peer, m in replies] == [(b"w0", Op.VALUE, 3), (b"w1", Op.OK, 5)]
+    np.testing.assert_array_equal(replies[0][1].arrays[0], [11, 22])
+    missing = store.handle(b"w0", Message(Op.PULL, {"key": 2, "seq": 6}))
+    assert "key 2 is not initialised" in missing[0][1]["reason"]
+    async_reply = store.handle(b"w0", _push(Op.PUSHPULL, 1, 0, [7, 7], 7, sync=False))
+    np.testing.assert_array_equal(async_reply[0][1].arrays[0], [7, 7])
+
+
+# -- real processes -----------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    out: Path
+    err: Path
+
+    def stdout(self) -> str:
+        return self.out.read_text(errors="replace")
+
+    def stderr(self) -> str:
+        return self.err.read_text(errors="replace")
+
+    def facts(self) -> dict:
+        return json.loads(self.stdout().strip().splitlines()[-1])
+
+
+class Cluster:
+    """Starts roles as subprocesses with their own stdout/stderr files; kill_all() in a finally."""
+
+    def __init__(self, tmp: Path, num_server: int, num_worker: int, **env: str) -> None:
+        self.tmp = tmp
+        self.procs: list[Proc] = []
+        clean = {k: v for k, v in os.environ.items() if not k.startswith(("DMLC_", "PS_", "MXNET_", "CLIPFLOW_"))}
+        self.env = {
+            **clean,
+            "PYTHONPATH": os.pathsep.join([str(SRC), *filter(None, [os.environ.get("PYTHONPATH")])]),
+            "DMLC_PS_ROOT_URI": "127.0.0.1",
+            "DMLC_PS_ROOT_PORT": str(free_port()),
+            "DMLC_NUM_SERVER": str(num_server),
+            "DMLC_NUM_WORKER": str(num_worker),
+            "CLIPFLOW_HEARTBEAT_INTERVAL": "0.2",
+            "CLIPFLOW_HEARTBEAT_TIMEOUT": str(HB_TIMEOUT),
+            "CLIPFLOW_STARTUP_TIMEOUT": "40",
+            "CLIPFLOW_TEST_DIR": str(tmp),
+            **env,
+        }
+
+    def start(self, name: str, role: str, cmd: list[str], **env: str) -> Proc:
+        out, err = self.tmp / f"{name}.out", self.tmp / f"{name}.err"
+        with out.open("wb") as fout, err.open("wb") as ferr:
+            popen = subprocess.Popen(cmd, env={**self.env, "DMLC_ROLE": role, **env}, stdout=fout, stderr=ferr)
+        proc = Proc(name, popen, out, err)
+        self.procs.append(proc)
+        return proc
+
+    def scheduler(self, **env: str) -> Proc:
+        return self.start("scheduler", "scheduler", ROLE_CMD, **env)
+
+    def server(self, name: str = "server", **env: str) -> Proc:
+        return self.start(name, "server", ROLE_CMD, **env)
+
+    def worker(self, name: str, scenario: str, **env: str) -> Proc:
+        return self.start(name, "worker", [sys.executable, str(HELPERS), scenario], **env)
+
+    def wait_exits(self, procs: list[Proc], timeout: float) -> dict[str, tuple[int | None, float]]:
+        """Return code and exit time of each process (None where it is still running at the deadline)."""
+        deadline = time.monotonic() + timeout
+        exits: dict[str, tuple[int | None, float]] = {}
+        while len(exits) < len(procs) and time.monotonic() < deadline:
+            for p in procs:
+                if p.name not in exits and p.popen.poll() is not None:
+                    exits[p.name] = (p.popen.returncode, time.monotonic())
+            time.sleep(0.05)
+        for p in procs:
+            exits.setdefault(p.name, (None, time.monotonic()))
+        return exits
+
+    def wait_ok(self, timeout: float = PROC_TIMEOUT) -> None:
+        exits = self.wait_exits(self.procs, timeout)
+        for p in self.procs:
+            assert exits[p.name][0] == 0, f"{p.name} exited {exits[p.name][0]}:\n{p.stderr()}"
+
+    def kill_all(self) -> None:
+        for p in self.procs:
+            if p.popen.poll() is None:
+                p.popen.kill()
+            p.popen.wait(timeout=10)
+
+
+@pytest.fixture
+def make_cluster(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
+    clusters: list[Cluster] = []
+
+    def make(num_server: int, num_worker: int, **env: str) -> Cluster:
+        cluster = Cluster(tmp_path, num_server, num_worker, **env)
+        clusters.append(cluster)
+        return cluster
+
+    try:
+        yield make
+    finally:
+        for cluster in clusters:
+            cluster.kill_all()
+
+
+@pytest.mark.parametrize("num_server", [1, 2])
+def test_dist_sync_pushpull_sums_exactly_and_splits_big_keys(
+    make_cluster: Callable[..., Cluster], num_server: int
+) -> None:
+    cluster = make_cluster(num_server, 2, MXNET_KVSTORE_BIGARRAY_BOUND="20")
+    cluster.scheduler()
+    for i in range(num_server):
+        cluster.server(f"server{i}")
+    workers = [cluster.worker(f"worker{i}", "sum") for i in range(2)]
+    cluster.wait_ok()
+    facts = [w.facts() for w in workers]
+    assert sorted(f["rank"] for f in facts) == [0, 1]
+    stats = facts[0]["stats"]
+    assert len(stats) == num_server
+    if num_server == 2:
+        assert [s["1"] for s in stats] == [25, 25]  # key 1 (50 elements > bound 20) is split over both servers
+        assert sorted(k for s in stats for k in s) == ["0", "1", "1", "2"]  # small keys whole, on one server each
+    else:
+        assert stats == [{"0": 12, "1": 50, "2": 7}]
+
+
+def test_broadcast_barrier_and_requested_ranks(make_cluster: Callable[..., Cluster]) -> None:
+    cluster = make_cluster(1, 2, CLIPFLOW_TEST_MODE="dist_async_device")
+    cluster.scheduler()
+    cluster.server()
+    first = cluster.worker("asks-rank1", "bcast", DMLC_RANK="1")
+    time.sleep(0.5)  # registers first, yet must get the rank it asked for
+    second = cluster.worker("asks-rank0", "bcast", DMLC_RANK="0")
+    cluster.wait_ok()
+    assert first.facts() == {"rank": 1, "requested": "1", "type": "dist_async_device", "num_workers": 2}
+    assert second.facts()["rank"] == 0
+
+
+def test_duplicate_rank_request_aborts_naming_it(make_cluster: Callable[..., Cluster]) -> None:
+    cluster = make_cluster(2, 1)
+    scheduler = cluster.scheduler()
+    servers = [cluster.server(f"server{i}", DMLC_RANK="0") for i in range(2)]
+    exits = cluster.wait_exits(cluster.procs, 20)
+    assert all(rc == 1 for rc, _ in exits.values()), exits
+    for p in [scheduler, *servers]:
+        assert "two servers requested DMLC_RANK=0" in p.stderr()
+
+
+def test_terminated_scheduler_tells_the_others(make_cluster: Callable[..., Cluster]) -> None:
+    cluster = make_cluster(1, 1, PS_VERBOSE="1")
+    scheduler = cluster.scheduler()
+    server = cluster.server()
+    deadline = time.monotonic() + 20
+    while "registered server" not in scheduler.stderr():
+        assert time.monotonic() < deadline, scheduler.stderr()
+        time.sleep(0.05)
+    scheduler.popen.send_signal(signal.SIGTERM)
+    exits = cluster.wait_exits(cluster.procs, 10)
+    assert exits["scheduler"][0] == 1 and exits["server"][0] == 1, exits
+    assert "was terminated (SIGTERM)" in server.stderr(), server.stderr()
+
+
+def test_killed_worker_aborts_the_whole_job(make_cluster: Callable[..., Cluster]) -> None:
+    cluster = make_cluster(1, 2)
+    scheduler = cluster.scheduler()
+    server = cluster.server()
+    survivor = cluster.worker("worker0", "hang", DMLC_RANK="0")
+    victim = cluster.worker("worker1", "hang", DMLC_RANK="1")
+    deadline = time.monotonic() + 40
+    while '"round0": 1' not in victim.stdout():
+        assert time.monotonic() < deadline and victim.popen.poll() is None, victim.stderr()
+        time.sleep(0.05)
+    time.sleep(0.5)  # worker 0 is now waiting in its second pushpull
+    victim.popen.send_signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    others = [scheduler, server, survivor]
+    exits = cluster.wait_exits(others, HB_TIMEOUT + 5)
+    for p in others:
+        rc, at = exits[p.name]
+        assert rc is not None and rc != 0, f"{p.name} exited {rc}:\n{p.stderr()}"
+        assert at - killed_at < HB_TIMEOUT + 4
+        assert "worker 1 on 127.0.0.1 stopped answering" in p.stderr(), p.stderr()
+    assert "unexpected" not in survivor.stdout()
+
+
+def test_failing_worker_aborts_the_whole_job_with_its_error(make_cluster: Callable[..., Cluster]) -> None:
+    cluster = make_cluster(1, 2)
+    cluster.scheduler()
+    cluster.server()
+    cluster.worker("worker0", "raise", DMLC_RANK="0")
+    failing = cluster.worker("worker1", "raise", DMLC_RANK="1")
+    exits = cluster.wait_exits(cluster.procs, 40)
+    assert all(rc == 1 for rc, _ in exits.values()), exits
+    assert "RuntimeError: boom on purpose" in failing.stderr()  # its own traceback
+    for p in cluster.procs:
+        if p is not failing:
+            assert "worker 1 on 127.0.0.1 failed: RuntimeError: boom on purpose" in p.stderr(), p.stderr()
+
+
+def test_torch_import_is_not_needed_by_scheduler_and_servers() -> None:
+    code = "import sys, clipflow.ps; print('torch' in sys.modules)"
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr

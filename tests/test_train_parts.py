@@ -1,0 +1,75 @@
+"""Training parts that need no cluster: schedules, the scaling rule, checkpoints, fault settings."""
+
+import math
+
+import pytest
+import torch
+
+from clipflow.errors import ClipflowError
+from clipflow.train.checkpoint import CheckpointStore, atomic_save
+from clipflow.train.faults import FaultInjector, parse
+from clipflow.train.schedule import Schedule, scaled_lr
+
+
+def test_linear_scaling_rule_matches_the_gluoncv_tutorial():
+    # base 0.1 for one machine of 8 GPUs x 8 clips; 4 machines -> 0.4
+    assert scaled_lr(0.1, 64, 4 * 8 * 8) == pytest.approx(0.4)
+
+
+def test_warmup_then_cosine():
+    s = Schedule(lr=0.4, epochs=196, iters_per_epoch=100, mode="cosine", warmup_epochs=34, warmup_lr=0.01)
+    assert s(0) == pytest.approx(0.01)
+    assert s(1700) == pytest.approx(0.01 + (0.4 - 0.01) * 1700 / 3400)
+    assert s(3400) == pytest.approx(0.4)
+    mid = 3400 + (19600 - 3400) // 2
+    assert s(mid) == pytest.approx(0.2)
+    assert s(19600) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_step_and_poly():
+    step = Schedule(lr=0.1, epochs=30, iters_per_epoch=10, mode="step", lr_decay_epoch=(10, 20))
+    assert [step(0), step(100), step(250)] == pytest.approx([0.1, 0.01, 0.001])
+    poly = Schedule(lr=0.1, epochs=10, iters_per_epoch=10, mode="poly")
+    assert poly(50) == pytest.approx(0.1 * 0.5**2)
+    with pytest.raises(ValueError, match="lr_mode"):
+        Schedule(lr=0.1, epochs=1, iters_per_epoch=1, mode="exp")
+    assert not math.isnan(Schedule(lr=0.1, epochs=1, iters_per_epoch=1, warmup_epochs=1)(1))
+
+
+def test_checkpoints_keep_the_newest_and_fall_back_from_a_damaged_one(tmp_path):
+    said = []
+    store = CheckpointStore(tmp_path, keep=2, log=said.append)
+    for epoch in (1, 2, 3):
+        store.save({"model": {"w": torch.full((3,), float(epoch))}, "epoch": epoch}, epoch)
+    assert store.epochs() == [2, 3]
+    state, path = store.load_newest()
+    assert state["epoch"] == 3 and path.name == "epoch_0003.pt"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    state, path = store.load_newest()
+    assert state["epoch"] == 2
+    assert "epoch_0003.pt cannot be loaded" in said[0]
+    assert (tmp_path / "epoch_0003.pt").exists(), "a damaged checkpoint is kept for the user to look at"
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_atomic_save_leaves_the_old_file_when_saving_fails(tmp_path):
+    target = tmp_path / "model.pt"
+    atomic_save({"a": 1}, target)
+
+    class Unpicklable:
+        def __reduce__(self):
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        atomic_save({"a": Unpicklable()}, target)
+    assert torch.load(target, weights_only=False) == {"a": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["model.pt"]
+
+
+def test_fault_setting():
+    assert parse("1:2") == (1, 2, 0) and parse("0:3:5") == (0, 3, 5) and parse("") is None
+    with pytest.raises(ClipflowError, match="CLIPFLOW_FAULT_KILL"):
+        parse("worker1")
+    assert FaultInjector(0, {"CLIPFLOW_FAULT_KILL": "1:2"}).at is None
+    assert FaultInjector(1, {"CLIPFLOW_FAULT_KILL": "1:2"}).at == (2, 0)

@@ -1,0 +1,141 @@
+"""The whole workflow, through real Snakemake, on a tiny synthetic set.
+
+One scratch copy of the workflow runs four times: a run whose worker 1 is killed
+in epoch 2, a dry run that must plan only train and what follows, the rerun that
+resumes from the epoch-1 checkpoint, and a last run with nothing to do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import python_env
+
+from clipflow.cluster.ports import free_port
+
+pytestmark = pytest.mark.workflow
+
+TINY = {
+    "data": {
+        "dir": "results/data/tiny",
+        "synthetic": {"num_train": 24, "num_val": 16, "min_frames": 24, "max_frames": 40, "short_side": 64},
+    },
+    "overrides": {
+        "train": {"epochs": 3, "batch_size": 4, "save_frequency": 1, "warmup_epochs": 0},
+        "data": {"new_length": 16, "new_width": 42, "new_height": 32, "input_size": 32},
+    },
+}
+
+
+def snakemake(workdir: Path, *args: str, env_extra: dict | None = None, timeout: int = 600):
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "1", *args, "--configfile", "tiny.yaml"]
+    env = {**python_env(), **(env_extra or {})}
+    return subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def planned_jobs(dry_run_output: str) -> dict[str, int]:
+    """Rule -> count from the 'Job stats' table of a dry run."""
+    table = dry_run_output.split("Job stats:", 1)[1].split("Reasons:", 1)[0]
+    jobs = {}
+    for line in table.splitlines():
+        m = re.match(r"^(\w+)\s+(\d+)$", line.strip())
+        if m and m.group(1) != "total":
+            jobs[m.group(1)] = int(m.group(2))
+    return jobs
+
+
+def processes_mentioning(text: str) -> list[str]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(f"{proc.name}: {cmdline}")
+    return found
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, repo) -> Path:
+    work = tmp_path_factory.mktemp("flow")
+    for name in ("Snakefile", "config.yaml", "environment.yml", "workflow", "recipes"):
+        src = repo / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, work / name)
+    (work / "profiles").symlink_to("workflow/profiles")
+    config = {**TINY, "run": "tiny", "cluster": {"root_port": free_port(), "heartbeat_timeout": 10}}
+    (work / "tiny.yaml").write_text(json.dumps(config))
+    return work
+
+
+def test_killed_worker_fails_the_rule_naming_its_rank(workdir):
+    began = time.monotonic()
+    done = snakemake(workdir, "train_slowfast", env_extra={"CLIPFLOW_FAULT_KILL": "1:2:1"})
+    out = done.stdout + done.stderr
+    assert done.returncode != 0, out
+    assert "fault injection: killing this worker at epoch 2" in out
+    assert "worker 1 on localhost failed (killed by signal SIGKILL)" in out
+    assert "stopped the 3 other running processes" in out
+    launcher_log = (workdir / "logs/tiny/train.log").read_text()
+    assert "worker 1 on localhost failed" in launcher_log
+    assert time.monotonic() - began < 300
+    assert processes_mentioning(str(workdir)) == []
+    checkpoints = list((workdir / "results/tiny/checkpoints").rglob("epoch_*.pt"))
+    assert [p.name for p in checkpoints] == ["epoch_0001.pt"]
+
+
+def test_dry_run_after_the_failure_plans_only_train_and_what_follows(workdir):
+    done = snakemake(workdir, "-n", "train_slowfast")
+    assert done.returncode == 0, done.stdout + done.stderr
+    jobs = planned_jobs(done.stdout)
+    assert jobs == {"train": 1, "evaluate": 1, "report": 1, "train_slowfast": 1}
+    assert "Missing output files" in done.stdout
+
+
+def test_rerun_resumes_from_the_epoch_1_checkpoint(workdir):
+    done = snakemake(workdir, "train_slowfast")
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    log = (workdir / "logs/tiny/train/worker-0.log").read_text()
+    assert re.search(r"resumed from checkpoint \S+epoch_0001\.pt \(epoch 1, step \d+\)", log), log
+    assert "epoch 1/3" not in log and "epoch 2/3" in log and "epoch 3/3" in log
+    history = [json.loads(x) for x in (workdir / "results/tiny/train/metrics.jsonl").read_text().splitlines()]
+    assert [h["epoch"] for h in history] == [1, 2, 3]
+    metrics = json.loads((workdir / "results/tiny/metrics.json").read_text())
+    assert metrics["num_videos"] == 16 and 0.0 <= metrics["top1"] <= metrics["top5"] <= 1.0
+    report = (workdir / "results/tiny/report/report.html").read_text()
+    assert "top-1" in report and "curves.png" in report
+    assert (workdir / "results/tiny/report/curves.png").stat().st_size > 10_000
+    assert "linear scaling rule: lr = base_lr 0.025 x global batch 8 (2 workers x 4) / base_batch 8 = 0.025" in log
+    assert (workdir / "benchmarks/tiny/train.tsv").exists()
+
+
+def test_second_run_has_nothing_to_do(workdir):
+    done = snakemake(workdir, "train_slowfast")
+    assert done.returncode == 0
+    assert "Nothing to be done" in done.stdout + done.stderr
+
+
+def test_broken_video_in_the_scanned_set_is_left_out(workdir):
+    """A truncated mp4 added to the labels: the scan keeps the others and lists it in the manifest."""
+    data = workdir / "results/data/tiny"
+    good = sorted((data / "videos/train").glob("*.mp4"))[0].read_bytes()
+    (data / "videos/train/broken.mp4").write_bytes(good[: len(good) // 4])
+    with open(data / "train_labels.txt", "a") as fh:
+        fh.write("videos/train/broken.mp4 0\n")
+    done = snakemake(workdir, "--forcerun", "data_scan", "--until", "data_scan")
+    assert done.returncode == 0, done.stdout + done.stderr
+    manifest = json.loads((data / "index/manifest.json").read_text())
+    assert manifest["splits"]["train"]["videos"] == 24
+    assert [f["path"] for f in manifest["failures"]] == ["videos/train/broken.mp4"]
+    assert "videos/train/broken.mp4" not in (data / "index/train.lst").read_text()

@@ -1,0 +1,40 @@
+# Stage 5, evaluate: the recipe's validation protocol on the val list, then the report.
+
+
+rule evaluate:
+    input:
+        model=rules.train.output.model,
+        val=f"{INDEX}/val.lst",
+    output:
+        f"{RESULTS}/metrics.json",
+    params:
+        root=data_root,
+    log:
+        f"{LOGS}/evaluate.log",
+    benchmark:
+        f"{BENCH}/evaluate.tsv"
+    conda:
+        "../../environment.yml"
+    shell:
+        "python -m clipflow evaluate --model {input.model:q} --list {input.val:q} --root {params.root:q}"
+        " --out {output:q} 2>&1 | tee {log:q}"
+
+
+rule report:
+    input:
+        metrics=rules.evaluate.output,
+        history=rules.train.output.history,
+        manifest=f"{INDEX}/manifest.json",
+        plan=ancient(f"{RESULTS}/cluster/plan.json"),
+    output:
+        html=report(f"{RESULTS}/report/report.html", category="Report"),
+        curves=report(f"{RESULTS}/report/curves.png", category="Training curves"),
+    params:
+        out=folder_of("html"),
+    log:
+        f"{LOGS}/report.log",
+    conda:
+        "../../environment.yml"
+    shell:
+        "python -m clipflow report --metrics {input.metrics:q} --history {input.history:q}"
+        " --manifest {input.manifest:q} --plan {input.plan:q} --out-dir {params.out:q} > {log:q} 2>&1"

@@ -1,0 +1,32 @@
+# Stage 4, train: the launcher starts scheduler, servers and workers of the plan.
+# Checkpoints go to results/<run>/checkpoints/, which is no declared output: a failed
+# run keeps them and the next run resumes from the newest one that loads.
+
+
+rule train:
+    input:
+        plan=ancient(f"{RESULTS}/cluster/plan.json"),
+        splits=rules.splits.output,
+        recipe=RECIPE_FILE,
+    output:
+        model=f"{RESULTS}/train/model_final.pt",
+        history=f"{RESULTS}/train/metrics.jsonl",
+    params:
+        overrides=OVERRIDES,
+        kvstore=config["train"]["kvstore"],
+        seed=config["train"]["seed"],
+        root=data_root,
+        splits=lambda wildcards, input: os.path.dirname(input.splits[0]),
+        checkpoints=f"{RESULTS}/checkpoints",
+        logs=f"{LOGS}/train",
+    log:
+        f"{LOGS}/train.log",
+    benchmark:
+        f"{BENCH}/train.tsv"
+    conda:
+        "../../environment.yml"
+    shell:
+        "python -m clipflow train launch --plan {input.plan:q} --log-dir {params.logs:q}"
+        " --recipe {input.recipe:q} --overrides {params.overrides:q} --splits-dir {params.splits:q}"
+        " --root {params.root:q} --checkpoint-root {params.checkpoints:q} --model-out {output.model:q}"
+        " --metrics-out {output.history:q} --kvstore {params.kvstore} --seed {params.seed} 2>&1 | tee {log:q}"
