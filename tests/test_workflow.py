@@ -85,7 +85,8 @@ def test_killed_worker_fails_the_rule_naming_its_rank(workdir):
     assert done.returncode != 0, out
     assert "fault injection: killing this worker at epoch 2" in out
     assert "worker 1 on localhost failed (killed by signal SIGKILL)" in out
-    assert "stopped the 3 other running processes" in out
+    stopped = re.search(r"stopped the 3 other running processes in ([\d.]+) s", out)
+    assert stopped and float(stopped.group(1)) < 30, out
     launcher_log = (workdir / "logs/tiny/train.log").read_text()
     assert "worker 1 on localhost failed" in launcher_log
     assert time.monotonic() - began < 300

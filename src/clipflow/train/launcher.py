@@ -136,20 +136,22 @@ class Launcher:
                         break
                 time.sleep(POLL_S)
         finally:
+            teardown_began = time.monotonic()
             stopped = self._terminate_all()
+            teardown_s = time.monotonic() - teardown_began
             for reader in self.readers:
                 reader.join(timeout=5)
             for s, handler in previous.items():
                 signal.signal(s, handler)
         if self.stop_signal is not None:
             name = signal.Signals(self.stop_signal).name
-            self.say(f"clipflow launch: got {name}; stopped {stopped} running processes")
+            self.say(f"clipflow launch: got {name}; stopped {stopped} running processes in {teardown_s:.1f} s")
             return 128 + self.stop_signal
         if failure:
             cmd, code = failure
             self.say(
                 f"clipflow launch: {cmd.role.role} {cmd.role.rank} on {cmd.role.host} failed "
-                f"({describe_exit(code)}); stopped the {stopped} other running processes. "
+                f"({describe_exit(code)}); stopped the {stopped} other running processes in {teardown_s:.1f} s. "
                 f"Its log: {self.log_dir / cmd.log_name}"
             )
             return code if code > 0 else 128 - code

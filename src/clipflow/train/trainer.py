@@ -148,19 +148,26 @@ class Trainer:
                 self.log(f"resumed from checkpoint {path} (epoch {state['epoch']}, step {state['step']})")
             else:
                 self.log(f"no checkpoint in {self.store.folder}: starting from scratch")
-        self.kv.broadcast(META_KEY, done, done)
-        for i, tensor in enumerate(_float_state(self.model)):
-            self.kv.broadcast(STATE_KEYS + i, tensor, tensor)
-        if done[0] > 0:
-            for i, p in enumerate(self.params):
-                state = self.optimizer.state[p]
-                if "momentum_buffer" not in state or state["momentum_buffer"] is None:
-                    state["momentum_buffer"] = torch.zeros_like(p)
-                self.kv.broadcast(MOMENTUM_KEYS + i, state["momentum_buffer"], state["momentum_buffer"])
-        for i, p in enumerate(self.params):
-            self.kv.init(GRAD_KEYS + i, torch.zeros_like(p))
+        self._broadcast([META_KEY], [done])
+        weights = _float_state(self.model)
+        self._broadcast(list(range(STATE_KEYS, STATE_KEYS + len(weights))), weights)
+        if done[0] > 0:  # momentum: rank 0's from the checkpoint; the others make room for it
+            buffers = []
+            for p in self.params:
+                slot = self.optimizer.state[p]
+                if slot.get("momentum_buffer") is None:
+                    slot["momentum_buffer"] = torch.zeros_like(p)
+                buffers.append(slot["momentum_buffer"])
+            self._broadcast(list(range(MOMENTUM_KEYS, MOMENTUM_KEYS + len(buffers))), buffers)
+        self.kv.init(list(range(GRAD_KEYS, GRAD_KEYS + len(self.params))), [torch.zeros_like(p) for p in self.params])
         self.kv.init(METRIC_KEY, torch.zeros(3))
         return int(done[0]), int(done[1])
+
+    def _broadcast(self, keys: list[int], tensors: list[torch.Tensor]) -> None:
+        """Rank 0's tensors reach every worker, in place: one init (one barrier), then pulls."""
+        self.kv.init(keys, tensors)
+        for key, tensor in zip(keys, tensors, strict=True):
+            self.kv.pull(key, tensor)
 
     def _sync_gradients(self) -> None:
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
