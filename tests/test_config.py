@@ -17,6 +17,12 @@ def snakemake_dry_run(repo, *config: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=repo, env=python_env(), capture_output=True, text=True, timeout=120)
 
 
+def clipflow(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "clipflow", *args], env=python_env(), capture_output=True, text=True, timeout=60
+    )
+
+
 def test_unknown_recipe_is_named_with_the_known_ones(repo):
     done = snakemake_dry_run(repo, "recipe=slowfast_99x1_resnet7")
     assert done.returncode != 0
@@ -56,24 +62,7 @@ def test_recipe_file_that_is_not_yaml(tmp_path):
 
 
 def test_cli_error_is_one_line_with_exit_2(tmp_path):
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "clipflow",
-            "splits",
-            "--list",
-            str(tmp_path / "none.lst"),
-            "--num-workers",
-            "2",
-            "--out-dir",
-            str(tmp_path),
-        ],
-        env=python_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = clipflow("splits", "--list", str(tmp_path / "none.lst"), "--num-workers", "2", "--out-dir", str(tmp_path))
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         f"clipflow: error: list file {tmp_path / 'none.lst'} does not exist; "
@@ -88,45 +77,13 @@ def test_port_in_use_is_refused(tmp_path):
         sock.bind(("0.0.0.0", 0))
         sock.listen()
         port = sock.getsockname()[1]
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "clipflow",
-                "cluster",
-                "plan",
-                "--root-port",
-                str(port),
-                "--out",
-                str(tmp_path / "plan.json"),
-            ],
-            env=python_env(),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        done = clipflow("cluster", "plan", "--root-port", str(port), "--out", str(tmp_path / "plan.json"))
     assert done.returncode == 2
     assert f"port {port} on localhost is in use" in done.stderr
 
 
 def test_local_launcher_refuses_remote_hosts(tmp_path):
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "clipflow",
-            "cluster",
-            "plan",
-            "--hosts",
-            "node1,node2",
-            "--out",
-            str(tmp_path / "plan.json"),
-        ],
-        env=python_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = clipflow("cluster", "plan", "--hosts", "node1,node2", "--out", str(tmp_path / "plan.json"))
     assert done.returncode == 2 and "the local launcher runs every role on this machine" in done.stderr
 
 

@@ -18,6 +18,7 @@ import pytest
 
 from clipflow.errors import ClipflowError
 from clipflow.ps import KVStore, PSConfig, run_role
+from clipflow.ps.exitcodes import ABORTED
 from clipflow.ps.placement import Placement, split_sizes
 from clipflow.ps.store import KeyValueStore
 from clipflow.ps.wire import Message, Op, WireError, decode, encode
@@ -336,7 +337,7 @@ def test_duplicate_rank_request_aborts_naming_it(make_cluster: Callable[..., Clu
     scheduler = cluster.scheduler()
     servers = [cluster.server(f"server{i}", DMLC_RANK="0") for i in range(2)]
     exits = cluster.wait_exits(cluster.procs, 20)
-    assert all(rc == 1 for rc, _ in exits.values()), exits
+    assert all(rc == ABORTED for rc, _ in exits.values()), exits
     for p in [scheduler, *servers]:
         assert "two servers requested DMLC_RANK=0" in p.stderr()
 
@@ -351,7 +352,7 @@ def test_terminated_scheduler_tells_the_others(make_cluster: Callable[..., Clust
         time.sleep(0.05)
     scheduler.popen.send_signal(signal.SIGTERM)
     exits = cluster.wait_exits(cluster.procs, 10)
-    assert exits["scheduler"][0] == 1 and exits["server"][0] == 1, exits
+    assert exits["scheduler"][0] == ABORTED and exits["server"][0] == ABORTED, exits
     assert "was terminated (SIGTERM)" in server.stderr(), server.stderr()
 
 
@@ -385,7 +386,8 @@ def test_failing_worker_aborts_the_whole_job_with_its_error(make_cluster: Callab
     cluster.worker("worker0", "raise", DMLC_RANK="0")
     failing = cluster.worker("worker1", "raise", DMLC_RANK="1")
     exits = cluster.wait_exits(cluster.procs, 40)
-    assert all(rc == 1 for rc, _ in exits.values()), exits
+    assert exits.pop("worker1")[0] == 1, "the failing worker exits with its own error"
+    assert all(rc == ABORTED for rc, _ in exits.values()), exits  # the others only echo it
     assert "RuntimeError: boom on purpose" in failing.stderr()  # its own traceback
     for p in cluster.procs:
         if p is not failing:

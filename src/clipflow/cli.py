@@ -57,13 +57,11 @@ def cmd_data_synth(a: argparse.Namespace) -> int:
 def cmd_data_scan(a: argparse.Namespace) -> int:
     from clipflow.data.listfile import read_list
     from clipflow.data.scan import scan, write_index
-    from clipflow.recipe import load_recipe
 
-    num_classes = load_recipe(a.recipe, _json(a.overrides))["model"]["num_classes"]
     classes = Path(a.classes).read_text().split() if a.classes else None
     results = {}
     for split, path in (("train", a.train_list), ("val", a.val_list)):
-        results[split] = scan(read_list(path), a.root, num_classes, workers=a.workers, desc=f"scan {split}")
+        results[split] = scan(read_list(path), a.root, a.num_classes, workers=a.workers, desc=f"scan {split}")
     manifest = write_index(results, a.out_dir, classes)
     for split, info in manifest["splits"].items():
         print(f"{split}: {info['videos']} videos kept, {info['failed']} failed")
@@ -149,14 +147,11 @@ def cmd_train_worker(a: argparse.Namespace) -> int:
 
     torch.set_num_threads(int(os.environ.get("CLIPFLOW_TORCH_THREADS", "1")))
     recipe = load_recipe(a.recipe, _json(a.overrides))
-    kv = KVStore.create(a.kvstore)
-    try:
-        paths = WorkerPaths(
-            Path(a.splits_dir), Path(a.root), Path(a.checkpoint_root), Path(a.model_out), Path(a.metrics_out)
-        )
+    paths = WorkerPaths(
+        Path(a.splits_dir), Path(a.root), Path(a.checkpoint_root), Path(a.model_out), Path(a.metrics_out)
+    )
+    with KVStore.create(a.kvstore) as kv:  # an exception tells the scheduler, which stops the other nodes
         Trainer(kv, recipe, paths, a.seed, a.kvstore).run()
-    finally:
-        kv.close()
     return 0
 
 
@@ -226,8 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train-list", required=True)
     p.add_argument("--val-list", required=True)
     p.add_argument("--root", required=True)
-    p.add_argument("--recipe", required=True)
-    p.add_argument("--overrides", default="{}")
+    p.add_argument("--num-classes", type=int, required=True, help="labels must be in [0, num_classes)")
     p.add_argument("--classes", default="")
     p.add_argument("--out-dir", required=True)
     p.add_argument("--workers", type=int, default=2)

@@ -12,7 +12,7 @@ if DATA["source"] == "synthetic":
         params:
             out=folder_of("train"),
             s=DATA["synthetic"],
-            workers=DATA["scan_workers"],
+        threads: 2
         log:
             "logs/data/synthetic.log",
         conda:
@@ -21,13 +21,12 @@ if DATA["source"] == "synthetic":
             "python -m clipflow data synth --out-dir {params.out:q} --num-train {params.s[num_train]}"
             " --num-val {params.s[num_val]} --seed {params.s[seed]} --min-frames {params.s[min_frames]}"
             " --max-frames {params.s[max_frames]} --short-side {params.s[short_side]}"
-            " --workers {params.workers} > {log:q} 2>&1"
+            " --workers {threads} > {log:q} 2>&1"
 
 
 rule data_scan:
     input:
         unpack(raw_lists),
-        recipe=RECIPE_FILE,
     output:
         train=f"{INDEX}/train.lst",
         val=f"{INDEX}/val.lst",
@@ -35,14 +34,14 @@ rule data_scan:
     params:
         root=data_root,
         out=folder_of("train"),
-        overrides=OVERRIDES,
-        workers=DATA["scan_workers"],
+        num_classes=RECIPE["model"]["num_classes"],
         classes=lambda wc, input: input.get("classes", ""),
+    threads: 2
     log:
         SCAN_LOG,
     conda:
         "../../environment.yml"
     shell:
         "python -m clipflow data scan --train-list {input.train:q} --val-list {input.val:q}"
-        " --root {params.root:q} --recipe {input.recipe:q} --overrides {params.overrides:q}"
-        " --classes {params.classes:q} --out-dir {params.out:q} --workers {params.workers} > {log:q} 2>&1"
+        " --root {params.root:q} --num-classes {params.num_classes}"
+        " --classes {params.classes:q} --out-dir {params.out:q} --workers {threads} > {log:q} 2>&1"

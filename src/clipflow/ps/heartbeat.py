@@ -5,7 +5,7 @@ sends a heartbeat every interval; the scheduler answers each. If the scheduler
 sends ABORT, or has not answered for the heartbeat timeout (the startup timeout
 before its first answer, so nodes may start before the scheduler), the thread
 calls ``on_abort(reason)``, which by default prints one line and ends the whole
-process with ``os._exit(1)``: a main thread stuck in compute or in a wait cannot
+process with ``os._exit(ABORTED)``: a main thread stuck in compute or in a wait cannot
 keep a broken job alive.
 """
 
@@ -19,6 +19,7 @@ from collections.abc import Callable
 import zmq
 
 from clipflow.ps.env import PSConfig
+from clipflow.ps.exitcodes import ABORTED
 from clipflow.ps.log import Log, print_abort
 from clipflow.ps.transport import Channel, connect, make_socket
 from clipflow.ps.wire import Message, Op
@@ -29,7 +30,7 @@ POLL_S = 0.05
 def exit_process(reason: str) -> None:
     """Default abort action: print the reason and end the process at once."""
     print_abort(reason)
-    os._exit(1)
+    os._exit(ABORTED)
 
 
 class Heartbeat(threading.Thread):

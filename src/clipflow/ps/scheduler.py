@@ -17,6 +17,7 @@ import time
 import zmq
 
 from clipflow.ps.env import PSConfig
+from clipflow.ps.exitcodes import ABORTED
 from clipflow.ps.log import Log, print_abort
 from clipflow.ps.node import ServerAddress, Welcome, ctrl_identity, hb_identity, uid_of
 from clipflow.ps.registry import Node, Registry, RegistryError
@@ -81,7 +82,7 @@ class Scheduler:
             for uid in uids:
                 self.channel.try_send(Message(Op.ABORT, {"reason": reason}), hb_identity(uid))
             print_abort(reason)
-            return 1
+            return ABORTED
 
     @property
     def name(self) -> str:

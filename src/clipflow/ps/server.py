@@ -7,6 +7,7 @@ import signal
 import zmq
 
 from clipflow.ps.env import PSConfig
+from clipflow.ps.exitcodes import ABORTED
 from clipflow.ps.log import Log, print_abort
 from clipflow.ps.node import NodeLink
 from clipflow.ps.signals import Terminated, sigterm_raises
@@ -71,5 +72,5 @@ def _serve(link: NodeLink, data: Channel, store: KeyValueStore, log: Log) -> int
                 return 0
             if msg.op == Op.ABORT:
                 print_abort(str(msg.get("reason", "the scheduler aborted the job")))
-                return 1
+                return ABORTED
             log.info(f"ignoring unexpected {msg.op} from the scheduler")

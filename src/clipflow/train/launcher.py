@@ -3,7 +3,9 @@
 Each process's lines come back prefixed `[role rank host]`, on the console and in
 one log file per process. When any process exits non-zero, or the launcher gets
 SIGINT or SIGTERM, every other process is sent SIGTERM, then SIGKILL after a grace
-period, and the launcher's exit code is the first failure's. Nothing is left running.
+period, and the launcher's exit code is the failure's. Processes that only echo a
+failure elsewhere (exit status ABORTED) are not taken for its cause while the cause
+can still be seen exiting. Nothing is left running.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from pathlib import Path
 from typing import IO
 
 from clipflow.cluster.plan import Role
+from clipflow.ps.exitcodes import ABORTED
 
 POLL_S = 0.1
+SETTLE_S = 3.0  # after an echo of a failure, how long to wait for the process that caused it
 
 
 @dataclass
@@ -118,12 +122,19 @@ class Launcher:
                 self._start(cmd)
             workers = [i for i, c in enumerate(self.commands) if c.role.role == "worker"]
             workers_done_at: float | None = None
+            first_echo_at: float | None = None
             while self.stop_signal is None:
                 codes = [p.poll() for p in self.procs]
                 bad = [i for i, c in enumerate(codes) if c not in (None, 0)]
-                if bad:
-                    failure = (self.commands[bad[0]], codes[bad[0]])  # type: ignore[assignment]
+                causes = [i for i in bad if codes[i] != ABORTED]
+                if causes:
+                    failure = (self.commands[causes[0]], codes[causes[0]])  # type: ignore[assignment]
                     break
+                if bad:  # only echoes so far: give the cause a moment to exit too
+                    first_echo_at = first_echo_at or time.monotonic()
+                    if time.monotonic() - first_echo_at > SETTLE_S:
+                        failure = (self.commands[bad[0]], codes[bad[0]])  # type: ignore[assignment]
+                        break
                 if all(c == 0 for c in codes):
                     break
                 if all(codes[i] == 0 for i in workers):

@@ -27,6 +27,7 @@ from clipflow.data.dataset import SlowFastClips
 from clipflow.data.sampling import ClipSpec
 from clipflow.data.splits import epoch_order
 from clipflow.data.transforms import TransformSpec
+from clipflow.errors import ClipflowError
 from clipflow.models import build_model
 from clipflow.train.checkpoint import CheckpointStore, atomic_save
 from clipflow.train.faults import FaultInjector
@@ -101,7 +102,10 @@ class Trainer:
         self.dataset = make_dataset(recipe, shard, paths.root, "train", seed)
         self.iters_per_epoch = len(self.dataset) // self.batch_size
         if self.iters_per_epoch == 0:
-            raise ValueError(f"{shard} has {len(self.dataset)} videos, fewer than one batch of {self.batch_size}")
+            raise ClipflowError(
+                f"{shard} has {len(self.dataset)} videos, fewer than one batch of {self.batch_size}; "
+                "lower train.batch_size or use fewer workers"
+            )
         global_batch = self.batch_size * self.num_workers
         self.lr = scaled_lr(t["base_lr"], t["base_batch"], global_batch)
         self.schedule = Schedule(

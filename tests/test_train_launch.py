@@ -1,0 +1,70 @@
+"""`clipflow train launch` on real processes: a worker that hits bad input ends the run, naming it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+from conftest import python_env
+
+from clipflow.cluster.ports import free_port
+from clipflow.data.listfile import VideoEntry, read_list, write_list
+from clipflow.data.scan import scan
+
+TINY = {
+    "train": {"epochs": 1, "batch_size": 2, "warmup_epochs": 0},
+    "data": {"new_length": 8, "new_width": 42, "new_height": 32, "input_size": 32},
+}
+
+
+def launch(tmp_path, tiny_videos, splits_dir) -> subprocess.CompletedProcess:
+    plan = tmp_path / "plan.json"
+    env = {**python_env(), "CLIPFLOW_HEARTBEAT_TIMEOUT": "10"}
+    made = subprocess.run(
+        [sys.executable, "-m", "clipflow", "cluster", "plan", "--root-port", str(free_port()),
+         "--heartbeat-timeout", "10", "--out", str(plan)],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    return subprocess.run(
+        [sys.executable, "-m", "clipflow", "train", "launch", "--plan", str(plan), "--log-dir", str(tmp_path / "logs"),
+         "--recipe", "slowfast_tiny_synthetic", "--overrides", json.dumps(TINY), "--splits-dir", str(splits_dir),
+         "--root", str(tiny_videos), "--checkpoint-root", str(tmp_path / "ckpt"),
+         "--model-out", str(tmp_path / "model.pt"), "--metrics-out", str(tmp_path / "metrics.jsonl"), "--grace", "5"],
+        env=env, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+
+
+def scanned(tiny_videos) -> list[VideoEntry]:
+    results = scan(read_list(tiny_videos / "train_labels.txt"), tiny_videos, workers=2)
+    return [VideoEntry(r.path, r.label, r.num_frames) for r in results]
+
+
+def test_missing_video_in_one_workers_list_ends_the_run_naming_it(tmp_path, tiny_videos):
+    entries = scanned(tiny_videos)
+    splits = tmp_path / "splits"
+    write_list(splits / "worker0.lst", entries[:4])
+    write_list(splits / "worker1.lst", [VideoEntry("videos/train/gone.mp4", 1, 30), *entries[4:7]])
+    began = time.monotonic()
+    done = launch(tmp_path, tiny_videos, splits)
+    out = done.stdout + done.stderr
+    assert done.returncode == 2, out
+    assert f"video {tiny_videos}/videos/train/gone.mp4 (listed in {splits}/worker1.lst line 1) does not exist" in out
+    assert "worker 1 on localhost failed (exit code 2)" in out
+    assert time.monotonic() - began < 120
+    assert not (tmp_path / "model.pt").exists()
+
+
+def test_two_workers_train_one_epoch_and_write_the_model(tmp_path, tiny_videos):
+    entries = scanned(tiny_videos)
+    splits = tmp_path / "splits"
+    write_list(splits / "worker0.lst", entries[:4])
+    write_list(splits / "worker1.lst", entries[4:8])
+    done = launch(tmp_path, tiny_videos, splits)
+    assert done.returncode == 0, done.stdout + done.stderr
+    history = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [h["epoch"] for h in history] == [1] and history[0]["step"] == 2
+    assert (tmp_path / "model.pt").stat().st_size > 100_000
+    assert "final model" in done.stdout
