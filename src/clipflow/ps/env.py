@@ -1,4 +1,26 @@
-"""Parameter-server settings, read from the environment variables MXNet/ps-lite users know."""
+"""Parameter-server settings, read from the environment variables MXNet/ps-lite users know.
+
+Besides the DMLC_*/PS_*/MXNET_* variables of ps-lite and MXNet:
+
+Security (see :mod:`clipflow.ps.security`)
+    ``CLIPFLOW_PS_SECURITY`` = ``curve`` | ``none`` | ``auto`` (default ``auto``: ``curve``
+    whenever DMLC_PS_ROOT_URI is not a loopback address, ``none`` on loopback).
+    ``CLIPFLOW_PS_KEYS`` = the key folder made by ``python -m clipflow ps keys DIR``
+    (:func:`clipflow.ps.security.make_keys`); needed, and copied to every node, with ``curve``.
+
+Reliability (see :mod:`clipflow.ps.reliable`)
+    ``PS_RESEND`` = 1 resends a request not answered within ``PS_RESEND_TIMEOUT``
+    milliseconds (default 1000); receivers drop duplicates. With ``PS_RESEND=0`` (the
+    default) a request unanswered for that long is probed, and a lost one is reported
+    as an error instead of waiting forever.
+    ``CLIPFLOW_PS_DROP_PERCENT`` (fault injection, default 0) drops that percentage of
+    the data-plane messages (worker <-> server) each node receives; heartbeats and other
+    scheduler traffic are never dropped. ``CLIPFLOW_PS_DROP_SEED`` seeds it.
+
+Throughput (see :mod:`clipflow.ps.transport`)
+    ``CLIPFLOW_PS_MALLOC_TUNE`` = 1 (default) | 0: let servers and workers keep large
+    freed buffers on the glibc heap (avoids page faults on every received 100 MB message).
+"""
 
 from __future__ import annotations
 
@@ -32,6 +54,13 @@ class PSConfig:
     heartbeat_interval: float = 1.0
     heartbeat_timeout: float = 30.0
     startup_timeout: float = 120.0
+    security: str = "none"
+    keys_dir: str | None = None
+    resend: bool = False
+    resend_timeout: float = 1.0
+    drop_percent: float = 0.0
+    drop_seed: int | None = None
+    malloc_tune: bool = True
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> PSConfig:
@@ -66,6 +95,18 @@ class PSConfig:
             env, "CLIPFLOW_STARTUP_TIMEOUT", "seconds to wait for all nodes to register, a number > 0", 120.0
         )
         node_host = _optional(env, "DMLC_NODE_HOST") or default_node_host(root_uri)
+        security, keys_dir = _security(env, root_uri)
+        resend = _int(env, "PS_RESEND", "0 (off) or 1 (resend unanswered requests)", low=0, high=1, default=0)
+        resend_ms = _float(
+            env, "PS_RESEND_TIMEOUT", "milliseconds before an unanswered request is resent, a number > 0", 1000.0
+        )
+        drop = _float(
+            env, "CLIPFLOW_PS_DROP_PERCENT", "the percentage of data messages to drop, a number 0-100", 0.0, zero=True
+        )
+        if drop > 100:
+            raise ClipflowError(f"CLIPFLOW_PS_DROP_PERCENT must be a number 0-100; got {drop:g}")
+        drop_seed = _optional(env, "CLIPFLOW_PS_DROP_SEED")
+        malloc_tune = _int(env, "CLIPFLOW_PS_MALLOC_TUNE", "1 (tune glibc malloc for large messages) or 0", 0, 1, 1)
         return cls(
             role=role,
             root_uri=root_uri,
@@ -80,6 +121,13 @@ class PSConfig:
             heartbeat_interval=interval,
             heartbeat_timeout=timeout,
             startup_timeout=startup,
+            security=security,
+            keys_dir=keys_dir,
+            resend=bool(resend),
+            resend_timeout=resend_ms / 1000.0,
+            drop_percent=drop,
+            drop_seed=None if drop_seed is None else _int(env, "CLIPFLOW_PS_DROP_SEED", "an integer"),
+            malloc_tune=bool(malloc_tune),
         )
 
 
@@ -140,7 +188,7 @@ def _int(
     return value
 
 
-def _float(env: Mapping[str, str], name: str, what: str, default: float) -> float:
+def _float(env: Mapping[str, str], name: str, what: str, default: float, zero: bool = False) -> float:
     raw = _optional(env, name)
     if raw is None:
         return default
@@ -148,7 +196,7 @@ def _float(env: Mapping[str, str], name: str, what: str, default: float) -> floa
         value = float(raw)
     except ValueError:
         raise ClipflowError(f"{name} must be {what}; got {raw!r}") from None
-    if not value > 0 or value == float("inf"):
+    if not (value >= 0 if zero else value > 0) or value == float("inf"):
         raise ClipflowError(f"{name} must be {what}; got {raw!r}")
     return value
 
@@ -162,3 +210,32 @@ def _rank(env: Mapping[str, str], role: str, num_server: int, num_worker: int) -
     if raw is None:
         return None
     return _int(env, "DMLC_RANK", what, low=0, high=count - 1)
+
+
+SECURITY_MODES = ("curve", "none", "auto")
+
+
+def _security(env: Mapping[str, str], root_uri: str) -> tuple[str, str | None]:
+    """(``curve`` or ``none``, the key folder) from CLIPFLOW_PS_SECURITY and CLIPFLOW_PS_KEYS."""
+    mode = (_optional(env, "CLIPFLOW_PS_SECURITY") or "auto").lower()
+    if mode not in SECURITY_MODES:
+        raise ClipflowError(f"CLIPFLOW_PS_SECURITY must be one of curve, none, auto; got {mode!r}")
+    if mode == "auto":
+        mode = "none" if is_loopback(root_uri) else "curve"
+    keys = _optional(env, "CLIPFLOW_PS_KEYS")
+    if mode == "none":
+        return mode, None
+    why = (
+        "CLIPFLOW_PS_SECURITY=curve"
+        if (_optional(env, "CLIPFLOW_PS_SECURITY") or "auto").lower() == "curve"
+        else f"DMLC_PS_ROOT_URI={root_uri} is not a loopback address, so CLIPFLOW_PS_SECURITY=auto means curve"
+    )
+    if keys is None:
+        raise ClipflowError(
+            f"{why}, but CLIPFLOW_PS_KEYS is not set: make a key folder with `python -m clipflow ps keys DIR`, "
+            "copy it to every node and set CLIPFLOW_PS_KEYS=DIR (or CLIPFLOW_PS_SECURITY=none on a trusted network)"
+        )
+    from clipflow.ps.security import check_keys
+
+    check_keys(keys)
+    return mode, keys

@@ -7,6 +7,13 @@ before its first answer, so nodes may start before the scheduler), the thread
 calls ``on_abort(reason)``, which by default prints one line and ends the whole
 process with ``os._exit(ABORTED)``: a main thread stuck in compute or in a wait cannot
 keep a broken job alive.
+
+The thread also watches its socket's handshakes (a zmq socket monitor): before
+the scheduler's first answer, a CURVE handshake the scheduler refused (a client
+key it does not accept) or :data:`HANDSHAKE_TRIES` connections dropped during the
+handshake (a different server key, or one side without CURVE) end the process
+with a message naming CLIPFLOW_PS_KEYS / CLIPFLOW_PS_SECURITY, instead of waiting
+out the startup timeout.
 """
 
 from __future__ import annotations
@@ -17,14 +24,19 @@ import time
 from collections.abc import Callable
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from clipflow.ps.env import PSConfig
 from clipflow.ps.exitcodes import ABORTED
 from clipflow.ps.log import Log, print_abort
+from clipflow.ps.security import Keys
 from clipflow.ps.transport import Channel, connect, make_socket
 from clipflow.ps.wire import Message, Op
 
 POLL_S = 0.05
+HANDSHAKE_TRIES = 3
+_WATCHED = zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED
+_WATCHED |= zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
 
 
 def exit_process(reason: str) -> None:
@@ -44,8 +56,10 @@ class Heartbeat(threading.Thread):
         identity: bytes,
         log: Log,
         on_abort: Callable[[str], None] = exit_process,
+        keys: Keys | None = None,
     ) -> None:
         super().__init__(name="clipflow-ps-heartbeat", daemon=True)
+        self.keys = keys
         self.ctx = ctx
         self.cfg = cfg
         self.uid = uid
@@ -71,8 +85,9 @@ class Heartbeat(threading.Thread):
 
     def _loop(self) -> None:
         cfg = self.cfg
-        sock = make_socket(self.ctx, zmq.DEALER, self.identity)
+        sock = make_socket(self.ctx, zmq.DEALER, self.identity, self.keys)
         channel = Channel(sock, self.log, "heartbeat")
+        monitor = sock.get_monitor_socket(_WATCHED, addr=f"inproc://clipflow-hb-monitor-{id(self)}")
         try:
             connect(sock, cfg.root_uri, cfg.root_port)
             started = time.monotonic()
@@ -84,6 +99,8 @@ class Heartbeat(threading.Thread):
                     channel.try_send(Message(Op.HEARTBEAT, {"uid": self.uid}))
                     next_beat = now + cfg.heartbeat_interval
                 got = channel.recv(min(POLL_S, max(0.0, next_beat - now)))
+                if last_answer is None and self._handshake_failed(monitor):
+                    return
                 now = time.monotonic()
                 if got is not None:
                     msg = got[1]
@@ -96,13 +113,56 @@ class Heartbeat(threading.Thread):
                 limit = cfg.heartbeat_timeout if last_answer is not None else cfg.startup_timeout
                 since = last_answer if last_answer is not None else started
                 if now - since > limit and not self._halt.is_set():
+                    if last_answer is None:
+                        self._abort(
+                            f"no answer from the scheduler at {cfg.root_uri}:{cfg.root_port} within "
+                            f"{limit:g} s (CLIPFLOW_STARTUP_TIMEOUT): it is not running there, or it does not "
+                            f"accept this node's security settings ({self._security()}); every node needs the "
+                            "same CLIPFLOW_PS_SECURITY and key folder (CLIPFLOW_PS_KEYS)"
+                        )
+                        return
                     self._abort(
                         f"scheduler at {cfg.root_uri}:{cfg.root_port} stopped answering "
                         f"(no heartbeat reply for {now - since:.1f} s)"
                     )
                     return
         finally:
+            sock.disable_monitor()
+            monitor.close(linger=0)
             channel.close()
+
+    _dropped_handshakes = 0
+
+    def _security(self) -> str:
+        text = f"CLIPFLOW_PS_SECURITY={'curve' if self.keys else 'none'}"
+        return text + (f", CLIPFLOW_PS_KEYS={self.keys.folder}" if self.keys is not None else "")
+
+    def _handshake_failed(self, monitor: zmq.Socket) -> bool:
+        """Abort (and return True) when handshakes with the scheduler keep failing."""
+        cfg = self.cfg
+        where = f"scheduler at {cfg.root_uri}:{cfg.root_port}"
+        security = self._security()
+        while monitor.poll(0):
+            event = recv_monitor_message(monitor)["event"]
+            if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self._dropped_handshakes = -(1 << 30)
+            elif event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+                self._abort(
+                    f"the {where} refused this node's CURVE key ({security}): every node needs the job's "
+                    "key folder (`python -m clipflow ps keys DIR` makes one)"
+                )
+                return True
+            elif event in (zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, zmq.EVENT_DISCONNECTED):
+                self._dropped_handshakes += 1
+                if self._dropped_handshakes >= HANDSHAKE_TRIES:
+                    self._abort(
+                        f"the {where} accepted the connection but the security handshake failed "
+                        f"{self._dropped_handshakes} times ({security}): the scheduler uses a different server "
+                        "key or security setting; every node needs the same CLIPFLOW_PS_SECURITY and key folder "
+                        "(CLIPFLOW_PS_KEYS)"
+                    )
+                    return True
+        return False
 
     def _abort(self, reason: str) -> None:
         self.reason = reason

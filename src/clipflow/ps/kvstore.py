@@ -20,7 +20,7 @@ import atexit
 import sys
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -29,11 +29,15 @@ import torch
 import zmq
 
 from clipflow.errors import ClipflowError
+from clipflow.ps.compression import TwoBitCompression
 from clipflow.ps.env import PSConfig
 from clipflow.ps.log import Log
 from clipflow.ps.node import NodeLink, Welcome
+from clipflow.ps.optimizer import KeySet
+from clipflow.ps.optimizer import create as create_optimizer
 from clipflow.ps.placement import Part, Placement
-from clipflow.ps.transport import Channel, connect, make_socket
+from clipflow.ps.reliable import ACK, Outbox
+from clipflow.ps.transport import Channel, Dropper, connect, drop_seed, make_socket
 from clipflow.ps.wire import Message, Op
 
 MODES = ("dist_sync", "dist_async", "dist_sync_device", "dist_async_device")
@@ -63,19 +67,26 @@ class KVStore:
         self._keys: dict[int, _KeyInfo] = {}
         self._seq = 0
         self._replies: dict[int, Message] = {}
-        self._abandoned: set[int] = set()
+        self._outbox = Outbox(welcome.num_server, cfg.resend, cfg.resend_timeout)  # requests awaiting replies
         self._inflight: dict[int, list[int]] = {}  # key -> seqs of pushes not yet answered
         self._closed = False
         self._failed = False
+        self._optimizer: dict | None = None  # set_optimizer's config; its learning rate rides in pushes
+        self._optimizer_keys = KeySet(None)
+        self._compression: TwoBitCompression | None = None
+        self._compression_keys = KeySet(None)
         self._servers: list[Channel] = []
-        self._by_socket: dict[zmq.Socket, Channel] = {}
+        self._by_socket: dict[zmq.Socket, tuple[int, Channel]] = {}
         self._poller = zmq.Poller()
         for addr in sorted(welcome.servers, key=lambda s: s.rank):
-            sock = make_socket(link.ctx, zmq.DEALER, f"{link.uid}/d{addr.rank}".encode())
+            sock = make_socket(link.ctx, zmq.DEALER, f"{link.uid}/d{addr.rank}".encode(), link.keys)
             connect(sock, addr.host, addr.port)
-            channel = Channel(sock, log, f"server {addr.rank}")
+            dropper = None
+            if cfg.drop_percent:
+                dropper = Dropper(cfg.drop_percent, drop_seed(cfg.drop_seed, "worker", welcome.rank * 64 + addr.rank))
+            channel = Channel(sock, log, f"server {addr.rank}", dropper)
+            self._by_socket[sock] = (len(self._servers), channel)
             self._servers.append(channel)
-            self._by_socket[sock] = channel
             self._poller.register(sock, zmq.POLLIN)
             log.info(f"connected to server {addr.rank} at {addr.host}:{addr.port}")
         _live.add(self)
@@ -149,18 +160,25 @@ class KVStore:
         info = self._info(key)
         self._settle([key])
         flat = _flat32(key, value, info.shape, owned=True)
-        self._inflight[key] = [
-            self._send(p.server, Op.PUSH, key, flat[p.start : p.stop], sync=self._sync) for p in info.parts
-        ]
+        self._inflight[key] = [self._send_grad(Op.PUSH, key, info, p, flat) for p in info.parts]
 
-    def pull(self, key: int, out: TensorOrList) -> None:
-        """Write the stored value of ``key`` into ``out`` (a tensor or a list of them) in place."""
+    def pull(self, key: int | Sequence[int], out: TensorOrList | Sequence[TensorOrList]) -> None:
+        """Write the stored value of ``key`` into ``out`` (a tensor or a list of them) in place.
+
+        With a list of keys (and one out per key) every request is sent before any reply is awaited.
+        """
         self._check_open()
-        info = self._info(key)
-        outs = _out_list(key, out, info.shape)
-        self._settle([key])
-        target = _Target(outs, info.numel)
-        seqs = {self._send(p.server, Op.PULL, key): (target, p) for p in info.parts}
+        key_list, out_list = _as_lists(key, out, "outs")
+        infos = [self._info(k) for k in key_list]
+        targets = [
+            _Target(_out_list(k, o, i.shape), i.numel) for k, o, i in zip(key_list, out_list, infos, strict=True)
+        ]
+        self._settle(key_list)
+        seqs = {
+            self._send(p.server, Op.PULL, k): (target, p)
+            for k, info, target in zip(key_list, infos, targets, strict=True)
+            for p in info.parts
+        }
         self._fill(seqs)
 
     def pushpull(
@@ -188,7 +206,7 @@ class KVStore:
         seqs: dict[int, tuple[_Target, Part]] = {}
         for k, flat, info, target in zip(key_list, flats, infos, targets, strict=True):
             for p in info.parts:
-                seqs[self._send(p.server, Op.PUSHPULL, k, flat[p.start : p.stop], sync=self._sync)] = (target, p)
+                seqs[self._send_grad(Op.PUSHPULL, k, info, p, flat)] = (target, p)
         self._fill(seqs)
 
     def broadcast(self, key: int, value: torch.Tensor, out: TensorOrList) -> None:
@@ -213,8 +231,9 @@ class KVStore:
         self._check_open()
         self._settle(list(self._inflight))
         seq = self._next_seq()
-        self._link.send(Message(Op.BARRIER, {"group": "worker", "seq": seq}))
-        self._link.wait(Op.BARRIER_DONE, seq)
+        request = Message(Op.BARRIER, {"group": "worker", "seq": seq})
+        self._link.send(request)
+        self._link.wait(Op.BARRIER_DONE, seq, request)
 
     def server_stats(self) -> list[dict[int, int]]:
         """Per server rank: the keys it holds and how many elements of each (for tests and debugging)."""
@@ -222,6 +241,146 @@ class KVStore:
         seqs = [self._send(s, Op.STATS, -1) for s in range(len(self._servers))]
         replies = self._collect(seqs)
         return [{int(k): int(n) for k, n in replies[seq]["keys"].items()} for seq in seqs]
+
+    # -- optimizer on the servers (update_on_kvstore) and gradient compression ------------------
+
+    def set_optimizer(
+        self,
+        name: str = "sgd",
+        learning_rate: float = 0.01,
+        momentum: float = 0.0,
+        wd: float = 0.0,
+        nesterov: bool = False,
+        rescale_grad: float = 1.0,
+        keys: range | Sequence[int] | None = None,
+    ) -> None:
+        """update_on_kvstore: servers run :class:`clipflow.ps.optimizer.SGD` on pushes to ``keys``.
+
+        ``keys`` is every key by default (MXNet), or a range / list of keys; pushes to other keys
+        keep summing. For those keys the stored value is the weight: ``push(key, grad)`` then
+        ``pull(key, weight)`` (or ``pushpull``) gives the weight after the update, which uses the
+        merged gradient times ``rescale_grad``. Every worker calls it, before pushing those keys;
+        rank 0 sends it to every server, then all meet at a barrier. Calling it again changes the
+        hyperparameters and keys and keeps the momentum buffers. The learning rate can then change
+        every step with :meth:`set_learning_rate`.
+        """
+        self._check_open()
+        try:
+            config = create_optimizer(
+                name,
+                learning_rate=learning_rate,
+                momentum=momentum,
+                wd=wd,
+                nesterov=nesterov,
+                rescale_grad=rescale_grad,
+            ).config()
+            key_set = KeySet.of(keys)
+        except (TypeError, ValueError) as exc:
+            raise ClipflowError(f"set_optimizer: {exc}") from None
+        self._settle(list(self._inflight))
+        if self.rank == 0:
+            self._collect(
+                [
+                    self._send(s, Op.SET_OPTIMIZER, -1, optimizer=config, keys=key_set.to_wire())
+                    for s in range(self.num_servers)
+                ]
+            )
+        self.barrier()
+        self._optimizer = config
+        self._optimizer_keys = key_set
+
+    @property
+    def learning_rate(self) -> float | None:
+        """The learning rate this worker's pushes carry (None before set_optimizer)."""
+        return None if self._optimizer is None else self._optimizer["learning_rate"]
+
+    def set_learning_rate(self, lr: float) -> None:
+        """Use ``lr`` from the next push on; local, no message of its own.
+
+        Every push (and pushpull) of a key the servers optimize carries this worker's current
+        learning rate in its header (``lr``). A dist_sync round uses the learning rate of the lowest
+        rank that pushed in it, so every worker should follow the same schedule; dist_async uses each
+        push's own.
+        """
+        if self._optimizer is None:
+            raise ClipflowError("set_learning_rate needs set_optimizer first")
+        if isinstance(lr, bool) or not isinstance(lr, int | float) or not np.isfinite(lr) or lr < 0:
+            raise ClipflowError(f"the learning rate must be a finite number >= 0, got {lr!r}")
+        self._optimizer["learning_rate"] = float(lr)
+
+    def set_wd_mult(self, mults: Mapping[int, float]) -> None:
+        """Per-key weight decay multipliers on the servers (e.g. ``{key: 0.0}`` for biases and BN); collective."""
+        self._set_mult("wd_mult", mults)
+
+    def set_lr_mult(self, mults: Mapping[int, float]) -> None:
+        """Per-key learning rate multipliers on the servers; collective like :meth:`set_wd_mult`."""
+        self._set_mult("lr_mult", mults)
+
+    def save_optimizer_states(self) -> dict[int, torch.Tensor]:
+        """Every server's optimizer state: key -> momentum buffer (the key's shape, split keys reassembled).
+
+        Keys that were never updated (or any key, with momentum 0) have no state and are left out.
+        Any worker may call it; pushes in flight are answered first.
+        """
+        self._check_open()
+        if self._optimizer is None:
+            raise ClipflowError("save_optimizer_states needs set_optimizer first")
+        self._settle(list(self._inflight))
+        seqs = [self._send(s, Op.GET_STATES, -1) for s in range(self.num_servers)]
+        replies = self._collect(seqs)
+        held: list[dict[int, np.ndarray]] = []
+        for server, seq in enumerate(seqs):
+            msg = replies[seq]
+            keys = msg.get("keys")
+            if msg.op != Op.OK or not isinstance(keys, list) or len(keys) != len(msg.arrays):
+                raise ClipflowError(f"server {server} sent a bad {msg.op} reply to {Op.GET_STATES}")
+            held.append(dict(zip(keys, msg.arrays, strict=True)))
+        states: dict[int, torch.Tensor] = {}
+        for key, info in self._keys.items():
+            pieces = [(p, held[p.server].get(key)) for p in info.parts]
+            if all(a is None for _, a in pieces):
+                continue
+            flat = np.zeros(info.numel, dtype=np.float32)  # a part never updated has a zero buffer
+            for part, arr in pieces:
+                if arr is not None:
+                    if arr.size != part.size:
+                        raise ClipflowError(f"server {part.server} holds {arr.size} state elements of key {key}")
+                    flat[part.start : part.stop] = arr.reshape(-1)
+            states[key] = torch.from_numpy(flat).reshape(info.shape)
+        return states
+
+    def load_optimizer_states(self, states: Mapping[int, torch.Tensor]) -> None:
+        """Put states from :meth:`save_optimizer_states` back on the servers; collective, rank 0 sends."""
+        self._check_open()
+        if self._optimizer is None:
+            raise ClipflowError("load_optimizer_states needs set_optimizer first")
+        flats = {int(k): _flat32(int(k), v, self._info(int(k)).shape) for k, v in states.items()}
+        self._settle(list(self._inflight))
+        if self.rank == 0:
+            per_server: dict[int, tuple[list[int], list[np.ndarray]]] = {}
+            for key, flat in flats.items():
+                for part in self._keys[key].parts:
+                    keys, arrays = per_server.setdefault(part.server, ([], []))
+                    keys.append(key)
+                    arrays.append(flat[part.start : part.stop].numpy())
+            self._collect(
+                [self._send(s, Op.SET_STATES, -1, arrays, keys=keys) for s, (keys, arrays) in per_server.items()]
+            )
+        self.barrier()
+
+    def set_gradient_compression(self, params: Mapping[str, object], keys: range | Sequence[int] | None = None) -> None:
+        """Compress pushes to ``keys`` (every key by default), MXNet style: ``{"type": "2bit", "threshold": 0.5}``.
+
+        Worker-side only (the servers see it in each push's header); every worker should call it,
+        before its first push. See :mod:`clipflow.ps.compression` for the rule and the bit layout.
+        """
+        self._check_open()
+        try:
+            compression = TwoBitCompression.from_params(params)
+            key_set = KeySet.of(keys)
+        except (TypeError, ValueError) as exc:
+            raise ClipflowError(f"set_gradient_compression: {exc}") from None
+        self._compression, self._compression_keys = compression, key_set
 
     def close(self) -> None:
         """Finish: wait for pushes in flight, tell the scheduler DONE, stop the heartbeat. Idempotent."""
@@ -275,12 +434,50 @@ class KVStore:
         self._seq += 1
         return self._seq
 
-    def _send(self, server: int, op: str, key: int, data: torch.Tensor | None = None, **fields: object) -> int:
+    def _send(
+        self,
+        server: int,
+        op: str,
+        key: int,
+        data: torch.Tensor | np.ndarray | list[np.ndarray] | None = None,
+        **fields: object,
+    ) -> int:
         seq = self._next_seq()
-        arrays = [] if data is None else [data.numpy()]
+        if isinstance(data, list):  # several arrays (SET_STATES)
+            arrays = data
+        else:
+            arrays = [] if data is None else [data.numpy() if isinstance(data, torch.Tensor) else data]
         msg = Message(op, {"key": key, "seq": seq, "rank": self.rank, **fields}, arrays)
-        self._servers[server].send(msg)
+        self._outbox.add(server, msg)
+        self._servers[server].try_send(msg)  # if it cannot leave, it is lost: resent or probed (reliable.py)
         return seq
+
+    def _send_grad(self, op: str, key: int, info: _KeyInfo, part: Part, flat: torch.Tensor) -> int:
+        """Send one part of a pushed value: 2-bit compressed where asked, with the learning rate where
+        the servers optimize the key."""
+        fields: dict[str, object] = {"sync": self._sync}
+        if self._optimizer is not None and key in self._optimizer_keys:
+            fields["lr"] = self._optimizer["learning_rate"]
+        data: torch.Tensor | np.ndarray = flat[part.start : part.stop]
+        if self._compression is not None and key in self._compression_keys:
+            data, extra = self._compression.compress(key, info.numel, part.start, flat[part.start : part.stop].numpy())
+            fields.update(extra)
+        return self._send(part.server, op, key, data, **fields)
+
+    def _set_mult(self, name: str, mults: Mapping[int, float]) -> None:
+        self._check_open()
+        if self._optimizer is None:
+            raise ClipflowError(f"set_{name} needs set_optimizer first")
+        clean: dict[str, float] = {}
+        for k, v in mults.items():
+            _check_key(k)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not np.isfinite(v) or v < 0:
+                raise ClipflowError(f"{name} of key {k} must be a finite number >= 0, got {v!r}")
+            clean[str(k)] = float(v)
+        self._settle(list(self._inflight))
+        if self.rank == 0:
+            self._collect([self._send(s, Op.SET_MULT, -1, **{name: clean}) for s in range(self.num_servers)])
+        self.barrier()
 
     def _settle(self, keys: Sequence[int], timeout_s: float | None = None) -> None:
         seqs = [s for k in keys for s in self._inflight.pop(k, [])]
@@ -290,30 +487,40 @@ class KVStore:
         """Wait for the replies to ``seqs``; raise ClipflowError on the first error reply."""
         wanted = set(seqs)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        poll_ms = max(1, min(POLL_MS, int(self._cfg.resend_timeout * 500)))
         while not wanted.issubset(self._replies):
             self._link.check_abort()
             if deadline is not None and time.monotonic() > deadline:
                 raise ClipflowError(f"no answer from the servers within {timeout_s:g} s")
-            for sock, _ in self._poller.poll(POLL_MS):
+            for sock, _ in self._poller.poll(poll_ms):
                 while sock.poll(0):
                     self._receive(sock)
+            for server, msg in self._outbox.due():  # resends and probes (see clipflow.ps.reliable)
+                if msg.get("local"):
+                    self._outbox.answered(server, msg["seq"])
+                    self._replies[msg["seq"]] = msg
+                else:
+                    self._servers[server].try_send(msg)
             errors = [self._replies[s] for s in wanted if s in self._replies and self._replies[s].op == Op.ERROR]
             if errors:
-                self._abandoned.update(wanted - self._replies.keys())
+                self._outbox.forget(wanted - self._replies.keys())
                 for s in wanted:
                     self._replies.pop(s, None)
                 raise ClipflowError(str(errors[0].get("reason", "server error")))
         return {s: self._replies.pop(s) for s in seqs}
 
     def _receive(self, sock: zmq.Socket) -> None:
-        channel = self._by_socket[sock]
-        _, msg = channel.recv_ready()
+        server, channel = self._by_socket[sock]
+        got = channel.recv_ready()
+        if got is None:  # dropped on purpose (CLIPFLOW_PS_DROP_PERCENT)
+            return
+        msg = got[1]
         seq = msg.get("seq")
         if not isinstance(seq, int):
             self._log.error(f"ignoring a {msg.op} from {channel.name} without a seq: {msg.get('reason', '')}")
-        elif seq in self._abandoned:
-            self._abandoned.discard(seq)
-        else:
+        elif msg.op == ACK:
+            self._outbox.acked(server, seq)
+        elif self._outbox.answered(server, seq):  # else a duplicate, or the reply to an abandoned request
             self._replies[seq] = msg
 
     def _fill(self, seqs: dict[int, tuple[_Target, Part]]) -> None:

@@ -3,7 +3,10 @@
 Each node has two DEALER sockets to the scheduler's ROUTER, with identities
 derived from a per-process uid: ``<uid>/c`` (control, main thread: REGISTER,
 WELCOME, BARRIER, DONE, FAIL, SHUTDOWN) and ``<uid>/h`` (the heartbeat thread:
-HEARTBEAT, its answers, and ABORT).
+HEARTBEAT, its answers, and ABORT). With CURVE security the link also owns the
+process's key material and, in a server (which binds a ROUTER), the ZAP
+authenticator. With PS_RESEND=1, REGISTER and BARRIER are sent again every
+PS_RESEND_TIMEOUT until answered (the scheduler handles repeats idempotently).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from clipflow.errors import ClipflowError
 from clipflow.ps.env import PSConfig
 from clipflow.ps.heartbeat import Heartbeat, exit_process
 from clipflow.ps.log import Log
+from clipflow.ps.security import keys_for, start_authenticator, stop_authenticator
 from clipflow.ps.transport import Channel, connect, make_context, make_socket
 from clipflow.ps.wire import Message, Op, WireError
 
@@ -80,10 +84,12 @@ class NodeLink:
         self.role = role
         self.log = log
         self.uid = f"{role}-{cfg.node_host}-{os.getpid()}-{secrets.token_hex(4)}"
-        self.ctx = make_context()
-        self.ctrl = Channel(make_socket(self.ctx, zmq.DEALER, ctrl_identity(self.uid)), log, "scheduler")
+        self.keys = keys_for(cfg.security, cfg.keys_dir)
+        self.ctx = make_context(malloc_tune=cfg.malloc_tune)
+        self.auth = start_authenticator(self.ctx, self.keys) if role == "server" else None
+        self.ctrl = Channel(make_socket(self.ctx, zmq.DEALER, ctrl_identity(self.uid), self.keys), log, "scheduler")
         connect(self.ctrl.sock, cfg.root_uri, cfg.root_port)
-        self.heartbeat = Heartbeat(self.ctx, cfg, self.uid, hb_identity(self.uid), log, on_abort)
+        self.heartbeat = Heartbeat(self.ctx, cfg, self.uid, hb_identity(self.uid), log, on_abort, self.keys)
         self.closed = False
 
     @property
@@ -96,9 +102,20 @@ class NodeLink:
         self.heartbeat.start()
         deadline = time.monotonic() + cfg.startup_timeout
         registered = False
+        sent_at = 0.0
+        fields = {"role": self.role, "host": cfg.node_host, "port": port, "rank": cfg.rank}
         while True:
             self.check_abort()
             remaining = deadline - time.monotonic()
+            if remaining <= 0 and not self.heartbeat.answered.is_set():
+                security = f"CLIPFLOW_PS_SECURITY={cfg.security}" + (
+                    f", CLIPFLOW_PS_KEYS={cfg.keys_dir}" if self.keys else ""
+                )
+                raise ClipflowError(
+                    f"no answer from the {self.scheduler} within {cfg.startup_timeout:g} s (CLIPFLOW_STARTUP_TIMEOUT): "
+                    f"it is not running there, or it does not accept this node's security settings ({security}); "
+                    "every node needs the same CLIPFLOW_PS_SECURITY and key folder (CLIPFLOW_PS_KEYS)"
+                )
             if remaining <= 0:
                 raise ClipflowError(
                     f"no welcome from the {self.scheduler} within {cfg.startup_timeout:g} s "
@@ -109,25 +126,35 @@ class NodeLink:
                 # register only once the heartbeat socket is known to the scheduler, so it can reach us
                 # with ABORT even if it rejects the registration straight away
                 if self.heartbeat.answered.wait(min(POLL_S, remaining)):
-                    fields = {"role": self.role, "host": cfg.node_host, "port": port, "rank": cfg.rank}
-                    self.send(Message(Op.REGISTER, fields))
+                    self.send(Message(Op.REGISTER, dict(fields)))
                     self.log.info(f"registering with the {self.scheduler}")
                     registered = True
+                    sent_at = time.monotonic()
                 continue
             got = self.ctrl.recv(min(POLL_S, remaining))
             if got is None:
+                if cfg.resend and time.monotonic() - sent_at > cfg.resend_timeout:
+                    self.send(Message(Op.REGISTER, dict(fields)))
+                    sent_at = time.monotonic()
                 continue
             msg = got[1]
             if msg.op == Op.WELCOME:
                 return Welcome.from_message(msg)
             self._unexpected(msg)
 
-    def wait(self, op: str, seq: int) -> Message:
-        """Wait for control message ``op`` answering ``seq``; unbounded but aborts with the job."""
+    def wait(self, op: str, seq: int, request: Message | None = None) -> Message:
+        """Wait for control message ``op`` answering ``seq``; unbounded but aborts with the job.
+
+        With PS_RESEND=1, ``request`` (already sent once) is sent again every PS_RESEND_TIMEOUT.
+        """
+        sent_at = time.monotonic()
         while True:
             self.check_abort()
             got = self.ctrl.recv(POLL_S)
             if got is None:
+                if request is not None and self.cfg.resend and time.monotonic() - sent_at > self.cfg.resend_timeout:
+                    self.send(request)
+                    sent_at = time.monotonic()
                 continue
             msg = got[1]
             if msg.op == op and msg.get("seq") == seq:
@@ -135,8 +162,9 @@ class NodeLink:
             self._unexpected(msg)
 
     def send(self, msg: Message) -> None:
+        """Best effort: a message that cannot leave counts as lost (bounded by the startup/heartbeat timeouts)."""
         msg.fields["uid"] = self.uid
-        self.ctrl.send(msg)
+        self.ctrl.try_send(msg)
 
     def check_abort(self) -> None:
         """Raise if the heartbeat thread decided the job is over (when on_abort did not exit)."""
@@ -170,6 +198,7 @@ class NodeLink:
         self.closed = True
         self.heartbeat.stop()
         self.ctrl.close(linger_s)
+        stop_authenticator(self.auth)
         if not self.heartbeat.is_alive():
             self.ctx.term()
 

@@ -8,6 +8,13 @@ silent past the heartbeat timeout, a FAIL from a node, or an incomplete startup
 past the startup timeout makes the scheduler send ABORT (with the reason) to
 every node and exit 1. When every worker sent DONE, servers get SHUTDOWN and the
 scheduler exits 0.
+
+With CURVE security (:mod:`clipflow.ps.security`) the ROUTER is a CURVE server and a
+ZAP authenticator admits only the client keys of CLIPFLOW_PS_KEYS: a node with other
+keys never gets a message through, so it cannot register (nor disturb the job). With
+PS_RESEND=1 nodes repeat REGISTER and BARRIER until answered: a repeated REGISTER after
+the welcome gets the welcome again, a repeated BARRIER of a released barrier gets its
+BARRIER_DONE again (it never opens a new barrier).
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from clipflow.ps.exitcodes import ABORTED
 from clipflow.ps.log import Log, print_abort
 from clipflow.ps.node import ServerAddress, Welcome, ctrl_identity, hb_identity, uid_of
 from clipflow.ps.registry import Node, Registry, RegistryError
+from clipflow.ps.security import keys_for, start_authenticator, stop_authenticator
 from clipflow.ps.signals import Terminated, sigterm_raises
 from clipflow.ps.transport import INVALID_OP, Channel, bind, make_context, make_socket
 from clipflow.ps.wire import Message, Op
@@ -40,8 +48,10 @@ class _Abort(Exception):
 def run_scheduler(cfg: PSConfig) -> int:
     """Run the scheduler until all workers are done (0) or the job is aborted (1)."""
     log = Log("scheduler", cfg.verbose)
+    keys = keys_for(cfg.security, cfg.keys_dir)
     ctx = make_context()
-    sock = make_socket(ctx, zmq.ROUTER)
+    auth = start_authenticator(ctx, keys)
+    sock = make_socket(ctx, zmq.ROUTER, keys=keys)
     channel = Channel(sock, log, "router")
     try:
         bind(sock, cfg.root_uri, cfg.root_port)
@@ -50,6 +60,7 @@ def run_scheduler(cfg: PSConfig) -> int:
             return Scheduler(cfg, channel, log).run()
     finally:
         channel.close(FLUSH_S)
+        stop_authenticator(auth)
         ctx.term()
 
 
@@ -62,6 +73,7 @@ class Scheduler:
         self.log = log
         self.registry = Registry(cfg.num_server, cfg.num_worker)
         self.barriers: dict[str, dict[str, int]] = {}  # group -> uid -> the seq its BARRIER carried
+        self.released: dict[str, tuple[str, int]] = {}  # uid -> (group, seq) of its last released barrier
 
     def run(self) -> int:
         deadline = time.monotonic() + self.cfg.startup_timeout
@@ -150,14 +162,24 @@ class Scheduler:
         )
         if self.registry.complete and not self.registry.ranked:
             self._welcome()
+        elif self.registry.ranked:  # a repeated REGISTER (PS_RESEND=1): its WELCOME was lost
+            node = self.registry.get(uid)
+            if node is not None:
+                self._welcome_one(node, self._server_table())
+
+    def _server_table(self) -> tuple[ServerAddress, ...]:
+        return tuple(ServerAddress(n.rank or 0, n.host, n.port or 0) for n in self.registry.servers())
 
     def _welcome(self) -> None:
         self.registry.assign_ranks()
-        servers = tuple(ServerAddress(n.rank or 0, n.host, n.port or 0) for n in self.registry.servers())
+        servers = self._server_table()
         for node in self.registry.nodes():
-            welcome = Welcome(node.rank or 0, self.cfg.num_server, self.cfg.num_worker, servers)
-            self.channel.try_send(Message(Op.WELCOME, welcome.to_fields()), ctrl_identity(node.uid))
-            self.log.info(f"welcomed {node.describe()}")
+            self._welcome_one(node, servers)
+
+    def _welcome_one(self, node: Node, servers: tuple[ServerAddress, ...]) -> None:
+        welcome = Welcome(node.rank or 0, self.cfg.num_server, self.cfg.num_worker, servers)
+        self.channel.try_send(Message(Op.WELCOME, welcome.to_fields()), ctrl_identity(node.uid))
+        self.log.info(f"welcomed {node.describe()}")
 
     def _barrier(self, node: Node, msg: Message) -> None:
         group = str(msg.get("group", "worker"))
@@ -165,7 +187,11 @@ class Scheduler:
             self.registry.group(group)
         except RegistryError as exc:
             raise _Abort(f"{node.describe()}: {exc}") from None
-        self.barriers.setdefault(group, {})[node.uid] = int(msg.get("seq", 0))
+        seq = int(msg.get("seq", 0))
+        if self.released.get(node.uid) == (group, seq):  # a repeat (PS_RESEND=1) whose answer was lost
+            self.channel.try_send(Message(Op.BARRIER_DONE, {"group": group, "seq": seq}), ctrl_identity(node.uid))
+            return
+        self.barriers.setdefault(group, {})[node.uid] = seq
         self._release_barriers()
 
     def _release_barriers(self) -> None:
@@ -175,6 +201,7 @@ class Scheduler:
             if members and all(n.uid in arrived for n in members):
                 for n in members:
                     reply = Message(Op.BARRIER_DONE, {"group": group, "seq": arrived[n.uid]})
+                    self.released[n.uid] = (group, arrived[n.uid])
                     self.channel.try_send(reply, ctrl_identity(n.uid))
                 del self.barriers[group]
 

@@ -1,4 +1,10 @@
-"""A parameter server process: a ROUTER on a free port serving one KeyValueStore."""
+"""A parameter server process: a ROUTER on a free port serving one KeyValueStore.
+
+Every request passes :class:`clipflow.ps.reliable.Dedup` first, so a repeated
+request (PS_RESEND=1) is never applied twice; every reply is recorded there. With
+CURVE security the ROUTER is a CURVE server whose clients the link's ZAP
+authenticator checks. CLIPFLOW_PS_DROP_PERCENT drops received requests on purpose.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +16,10 @@ from clipflow.ps.env import PSConfig
 from clipflow.ps.exitcodes import ABORTED
 from clipflow.ps.log import Log, print_abort
 from clipflow.ps.node import NodeLink
+from clipflow.ps.reliable import Dedup
 from clipflow.ps.signals import Terminated, sigterm_raises
 from clipflow.ps.store import KeyValueStore, Updater
-from clipflow.ps.transport import Channel, bind_random, make_socket
+from clipflow.ps.transport import Channel, Dropper, bind_random, drop_seed, make_socket
 from clipflow.ps.wire import Op
 
 POLL_MS = 100
@@ -23,7 +30,7 @@ def run_server(cfg: PSConfig, updater: Updater | None = None) -> int:
     """Serve until the scheduler says SHUTDOWN (0) or aborts the job (1, or the process exits 1)."""
     log = Log("server", cfg.verbose)
     link = NodeLink(cfg, "server", log)
-    data = Channel(make_socket(link.ctx, zmq.ROUTER), log, "data")
+    data = Channel(make_socket(link.ctx, zmq.ROUTER, keys=link.keys), log, "data")
     try:
         with sigterm_raises():
             port = bind_random(data.sock, cfg.node_host)
@@ -33,7 +40,10 @@ def run_server(cfg: PSConfig, updater: Updater | None = None) -> int:
                 f"rank {welcome.rank} of {welcome.num_server}, serving {welcome.num_worker} workers on port {port}"
             )
             store = KeyValueStore(welcome.rank, welcome.num_worker, updater)
-            return _serve(link, data, store, log)
+            dedup = Dedup(f"server {welcome.rank}", cfg.resend)
+            if cfg.drop_percent:
+                data.dropper = Dropper(cfg.drop_percent, drop_seed(cfg.drop_seed, "server", welcome.rank))
+            return _serve(link, data, store, dedup, log)
     except Terminated as exc:
         link.fail(str(exc))
         print_abort(f"{log.who} {exc}")
@@ -46,7 +56,7 @@ def run_server(cfg: PSConfig, updater: Updater | None = None) -> int:
         link.close()
 
 
-def _serve(link: NodeLink, data: Channel, store: KeyValueStore, log: Log) -> int:
+def _serve(link: NodeLink, data: Channel, store: KeyValueStore, dedup: Dedup, log: Log) -> int:
     poller = zmq.Poller()
     poller.register(data.sock, zmq.POLLIN)
     poller.register(link.ctrl.sock, zmq.POLLIN)
@@ -56,19 +66,31 @@ def _serve(link: NodeLink, data: Channel, store: KeyValueStore, log: Log) -> int
         events = dict(poller.poll(POLL_MS))
         if data.sock in events:
             for _ in range(BATCH):
-                peer, msg = data.recv_ready()
-                assert peer is not None
-                if peer not in peers:
-                    peers.add(peer)
-                    log.info(f"connection from worker {msg.get('rank', '?')}")
-                for to, reply in store.handle(peer, msg):
-                    data.try_send(reply, to)
+                got = data.recv_ready()
+                if got is not None:
+                    peer, msg = got
+                    assert peer is not None
+                    if peer not in peers:
+                        peers.add(peer)
+                        log.info(f"connection from worker {msg.get('rank', '?')}")
+                    fresh, answers = dedup.admit(peer, msg)
+                    for answer in answers:
+                        data.try_send(answer, peer)
+                    if fresh:
+                        for to, reply in store.handle(peer, msg):
+                            dedup.answered(to, reply)
+                            data.try_send(reply, to)
                 if not data.sock.poll(0):
                     break
         if link.ctrl.sock in events:
             _, msg = link.ctrl.recv_ready()
             if msg.op == Op.SHUTDOWN:
                 log.info("shutting down: all workers are done")
+                stats = f"{dedup.duplicates} repeated requests answered without applying them again"
+                if data.dropper is not None:
+                    log.error(f"fault injection dropped {data.dropper.dropped} received messages; {stats}")
+                else:
+                    log.info(stats)
                 return 0
             if msg.op == Op.ABORT:
                 print_abort(str(msg.get("reason", "the scheduler aborted the job")))

@@ -8,9 +8,12 @@ completes), so it can be tested and reused directly.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from clipflow.ps.compression import decompress
+from clipflow.ps.optimizer import SGD, KeySet
 from clipflow.ps.wire import Message, Op, WireError
 
 
@@ -28,12 +31,30 @@ class Updater:
         return merged
 
 
+class OptimizerUpdater(Updater):
+    """update_on_kvstore: the stored value is a weight, a finished round's merged gradient updates it.
+
+    Runs :class:`clipflow.ps.optimizer.SGD`, the code workers run when they update locally. Only
+    keys in ``keys`` are updated; the others keep the default behaviour (the value becomes the sum).
+    """
+
+    def __init__(self, optimizer: SGD, keys: KeySet) -> None:
+        self.optimizer = optimizer
+        self.keys = keys
+
+    def __call__(self, key: int, merged: np.ndarray, stored: np.ndarray, lr: float | None = None) -> np.ndarray:
+        weight = stored.copy()  # replies may still be sending ``stored``
+        self.optimizer.update(key, weight, merged, lr)
+        return weight
+
+
 @dataclass
 class _Round:
     """Pushes to one key in the current dist_sync round."""
 
     merged: np.ndarray | None = None
     ranks: set[int] = field(default_factory=set)
+    lrs: dict[int, Any] = field(default_factory=dict)  # rank -> the learning rate its push carried
     waiting: list[tuple[bytes, Message]] = field(default_factory=list)
 
 
@@ -49,6 +70,7 @@ class KeyValueStore:
         self.updater = updater or Updater()
         self.values: dict[int, np.ndarray] = {}
         self.rounds: dict[int, _Round] = {}
+        self.optimizer: OptimizerUpdater | None = None
 
     def handle(self, peer: bytes, msg: Message) -> list[Reply]:
         """Apply one request from ``peer``; return (peer, reply) pairs to send now."""
@@ -56,6 +78,8 @@ class KeyValueStore:
             if msg.op == Op.STATS:
                 keys = {str(k): int(v.size) for k, v in self.values.items()}
                 return [(peer, Message(Op.STATS, {"seq": msg.get("seq"), "rank": self.server_rank, "keys": keys}))]
+            if msg.op in (Op.SET_OPTIMIZER, Op.SET_MULT, Op.GET_STATES, Op.SET_STATES):
+                return [(peer, self._optimizer_op(msg))]
             key = self._key(msg)
             if msg.op == Op.INIT:
                 return [(peer, self._init(key, msg))]
@@ -98,31 +122,94 @@ class KeyValueStore:
     def _value(self, key: int, msg: Message) -> Message:
         return Message(Op.VALUE, {"seq": msg.get("seq"), "key": key}, [self._stored(key, msg)])
 
+    def _gradient(self, key: int, msg: Message, size: int) -> np.ndarray:
+        """The pushed float32 values (dequantized if the push is compressed); may be a read-only view."""
+        if msg.get("compression") is None:
+            value = self._array(key, msg)
+            if value.size != size:
+                raise WireError(f"{msg.op} of key {key} has {value.size} elements, the stored value {size}")
+            return value
+        if len(msg.arrays) != 1:
+            raise WireError(f"compressed {msg.op} of key {key} needs exactly one array")
+        try:
+            return decompress(msg.fields, msg.arrays[0], size)
+        except ValueError as exc:
+            raise WireError(f"{msg.op} of key {key}: {exc}") from None
+
+    def _update(self, key: int, merged: np.ndarray, stored: np.ndarray, lr: Any) -> np.ndarray:
+        if self.optimizer is not None and key in self.optimizer.keys:
+            if lr is not None and (isinstance(lr, bool) or not isinstance(lr, int | float)):
+                raise WireError(f"push of key {key} carries a bad learning rate {lr!r}")
+            try:
+                return self.optimizer(key, merged, stored, lr)
+            except ValueError as exc:
+                raise WireError(str(exc)) from None
+        return self.updater(key, merged, stored)
+
     def _push(self, key: int, peer: bytes, msg: Message) -> list[Reply]:
         stored = self._stored(key, msg)
-        value = self._array(key, msg)
-        if value.size != stored.size:
-            raise WireError(f"{msg.op} of key {key} has {value.size} elements, the stored value {stored.size}")
+        value = self._gradient(key, msg, stored.size)
         rank = msg.get("rank")
         if not isinstance(rank, int) or not 0 <= rank < self.num_worker:
             raise WireError(f"{msg.op} of key {key} from bad worker rank {rank!r}")
         if not msg.get("sync", True):
-            self.values[key] = self.updater(key, value.copy(), stored)
+            self.values[key] = self._update(key, np.array(value, copy=True), stored, msg.get("lr"))
             return [(peer, self._reply(key, msg))]
         round_ = self.rounds.setdefault(key, _Round())
         if rank in round_.ranks:
             raise WireError(f"worker {rank} pushed key {key} twice in one round")
         if round_.merged is None:
-            round_.merged = value.copy()
+            round_.merged = np.array(value, copy=True)
         else:
             round_.merged += value
         round_.ranks.add(rank)
+        round_.lrs[rank] = msg.get("lr")
         round_.waiting.append((peer, Message(msg.op, dict(msg.fields))))  # drop the frame: merged has it
         if len(round_.ranks) < self.num_worker:
             return []
         del self.rounds[key]
-        self.values[key] = self.updater(key, round_.merged, stored)
+        # every worker should carry the same schedule; the lowest rank's learning rate is the round's
+        self.values[key] = self._update(key, round_.merged, stored, round_.lrs[min(round_.lrs)])
         return [(p, self._reply(key, m)) for p, m in round_.waiting]
+
+    def _optimizer_op(self, msg: Message) -> Message:
+        """SET_OPTIMIZER, SET_MULT, GET_STATES and SET_STATES; the reply is an OK (with states for GET)."""
+        seq = msg.get("seq")
+        if msg.op == Op.SET_OPTIMIZER:
+            try:
+                optimizer = SGD.from_config(msg["optimizer"])
+                keys = KeySet.from_wire(msg.get("keys"))
+            except (TypeError, ValueError) as exc:
+                raise WireError(f"bad optimizer: {exc}") from None
+            if self.optimizer is None:
+                self.optimizer = OptimizerUpdater(optimizer, keys)
+            else:  # a new configuration keeps the momentum buffers and multipliers
+                self.optimizer.optimizer.reconfigure(optimizer)
+                self.optimizer.keys = keys
+            return Message(Op.OK, {"seq": seq})
+        if self.optimizer is None:
+            raise WireError(f"{msg.op} before set_optimizer")
+        opt = self.optimizer.optimizer
+        if msg.op == Op.SET_MULT:
+            try:
+                opt.set_wd_mult({int(k): v for k, v in (msg.get("wd_mult") or {}).items()})
+                opt.set_lr_mult({int(k): v for k, v in (msg.get("lr_mult") or {}).items()})
+            except (AttributeError, TypeError, ValueError) as exc:
+                raise WireError(f"bad multipliers: {exc}") from None
+            return Message(Op.OK, {"seq": seq})
+        if msg.op == Op.GET_STATES:
+            states = opt.get_states()
+            keys = sorted(states)
+            return Message(Op.OK, {"seq": seq, "keys": keys}, [states[k] for k in keys])
+        keys = msg.get("keys")
+        if not isinstance(keys, list) or len(keys) != len(msg.arrays) or not all(isinstance(k, int) for k in keys):
+            raise WireError(f"{msg.op} needs one array per key, got keys {keys!r} and {len(msg.arrays)} arrays")
+        for k, arr in zip(keys, msg.arrays, strict=True):
+            stored = self._stored(k, msg)
+            if arr.dtype != np.float32 or arr.size != stored.size:
+                raise WireError(f"{msg.op}: key {k} holds {stored.size} elements here, got {arr.dtype} {arr.shape}")
+        opt.set_states(dict(zip(keys, msg.arrays, strict=True)))
+        return Message(Op.OK, {"seq": seq})
 
     def _reply(self, key: int, msg: Message) -> Message:
         if msg.op == Op.PUSHPULL:

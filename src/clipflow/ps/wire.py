@@ -19,7 +19,7 @@ import numpy as np
 import zmq
 
 # dtypes a peer may declare; anything else is refused rather than interpreted.
-WIRE_DTYPES = frozenset({"float32", "float64", "float16", "int32", "int64", "uint8"})
+WIRE_DTYPES = frozenset({"float32", "float64", "float16", "int32", "int64", "uint8", "uint32"})  # uint32: 2-bit words
 MAX_HEADER_BYTES = 1 << 20
 
 
@@ -46,6 +46,11 @@ class Op:
     OK = "ok"
     VALUE = "value"
     ERROR = "error"
+    # worker -> server: optimizer on the servers (update_on_kvstore), see clipflow.ps.store
+    SET_OPTIMIZER = "set_optimizer"
+    SET_MULT = "set_mult"
+    GET_STATES = "get_states"
+    SET_STATES = "set_states"
 
 
 class WireError(ValueError):

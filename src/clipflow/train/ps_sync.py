@@ -1,0 +1,275 @@
+"""Data-parallel gradients over the parameter server, overlapped with backward (DDP-style buckets).
+
+::
+
+    ps = PSSync(model, kv, optimizer={"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-4,
+                                      "rescale_grad": 1 / kv.num_workers})
+    for x, y in batches:
+        ps.set_learning_rate(schedule(step))
+        loss_fn(model(x), y).backward()   # each full bucket is pushed while backward goes on
+        ps.synchronize()                  # wait for the merged result
+        ps.step()                         # update_on_kvstore=False: the local SGD update
+        model.zero_grad(set_to_none=True)
+
+Parameters are grouped into buckets of about ``bucket_bytes`` (float32) in reverse
+registration order, the order backward usually produces their gradients; each
+bucket is one kvstore key (``key_base``, ``key_base + 1``, ...; the default base,
+1_000_000, is above the trainer's own keys) holding the bucket's parameters
+flattened. A hook on every parameter (``register_post_accumulate_grad_hook``)
+pushes a bucket as soon as all its gradients exist; ``push`` returns once the data
+is queued, so communication overlaps the rest of backward. :meth:`PSSync.synchronize`
+pushes any bucket still missing (parameters without a gradient count as zeros)
+and pulls every bucket:
+
+* ``update_on_kvstore=False``: the servers sum; the pulled sums are written into
+  ``p.grad`` (the plain sum over workers: the optimizer's ``rescale_grad`` makes it
+  a mean), and :meth:`PSSync.step` runs :class:`clipflow.ps.optimizer.SGD` locally,
+  the same code the servers would run. Without an ``optimizer`` the caller updates
+  the weights itself from ``p.grad``.
+* ``update_on_kvstore=True``: the servers run the optimizer (``kv.set_optimizer``
+  limited to this wrapper's keys); the pulled values are the new weights and are
+  copied into the parameters; :meth:`PSSync.step` does nothing.
+
+At construction every worker gets rank 0's weights (the keys are initialised with
+them, then pulled). Parameters whose weight decay multiplier differs (``wd_mult``,
+e.g. 0 for biases and BN) go to different buckets, so a multiplier is per key.
+One backward per :meth:`synchronize`. The KVStore is used from one thread at a
+time: hooks run in the thread running backward (for CPU tensors the caller's; for
+CUDA ones an autograd device thread, while the caller waits in ``backward``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from clipflow.errors import ClipflowError
+from clipflow.ps.kvstore import KVStore
+from clipflow.ps.optimizer import SGD
+from clipflow.ps.optimizer import create as create_optimizer
+
+KEY_BASE = 1_000_000
+DEFAULT_BUCKET_BYTES = 2 << 20  # 2 MiB
+
+WdMult = Callable[[str, torch.nn.Parameter], float] | Mapping[str, float] | None
+
+
+@dataclass
+class _Bucket:
+    key: int
+    wd_mult: float
+    params: list[torch.nn.Parameter] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
+    numel: int = 0
+    ready: set[int] = field(default_factory=set)
+    pushed: bool = False
+    buffer: torch.Tensor | None = None
+
+    def add(self, p: torch.nn.Parameter) -> None:
+        self.params.append(p)
+        self.offsets.append(self.numel)
+        self.numel += p.numel()
+
+    def slices(self) -> Iterable[tuple[torch.nn.Parameter, slice]]:
+        for p, o in zip(self.params, self.offsets, strict=True):
+            yield p, slice(o, o + p.numel())
+
+
+class PSSync:
+    """Pushes gradient buckets from backward hooks; :meth:`synchronize` brings the merged result back."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module | Iterable[torch.nn.Parameter],
+        kv: KVStore,
+        *,
+        update_on_kvstore: bool = False,
+        optimizer: Mapping[str, Any] | None = None,
+        bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+        key_base: int = KEY_BASE,
+        wd_mult: WdMult = None,
+    ) -> None:
+        if bucket_bytes < 1:
+            raise ClipflowError(f"bucket_bytes must be >= 1, got {bucket_bytes}")
+        if update_on_kvstore and optimizer is None:
+            raise ClipflowError("update_on_kvstore=True needs an optimizer for the servers to run")
+        self.kv = kv
+        self.update_on_kvstore = update_on_kvstore
+        named = (
+            list(model.named_parameters())
+            if isinstance(model, torch.nn.Module)
+            else [(str(i), p) for i, p in enumerate(model)]
+        )
+        named = [(n, p) for n, p in named if p.requires_grad]
+        if not named:
+            raise ClipflowError("PSSync needs at least one parameter that requires a gradient")
+        self.buckets = _make_buckets(named, wd_mult, bucket_bytes, key_base)
+        self.keys = [b.key for b in self.buckets]
+        self.pushed_in_backward = 0  # buckets pushed by hooks (the overlap), for tests and logs
+        self.pushed_in_sync = 0  # buckets synchronize() had to push itself
+
+        for b in self.buckets:
+            b.buffer = torch.empty(b.numel, dtype=torch.float32)
+            for p, s in b.slices():
+                b.buffer[s].copy_(p.detach().reshape(-1))
+        kv.init(self.keys, [b.buffer.clone() for b in self.buckets])
+        kv.pull(self.keys, [b.buffer for b in self.buckets])
+        self._write_weights()
+
+        mults = {b.key: b.wd_mult for b in self.buckets if b.wd_mult != 1.0}
+        self.local: SGD | None = None
+        if update_on_kvstore:
+            assert optimizer is not None
+            kv.set_optimizer(**dict(optimizer), keys=range(self.keys[0], self.keys[-1] + 1))
+            if mults:
+                kv.set_wd_mult(mults)
+        elif optimizer is not None:
+            try:
+                self.local = create_optimizer(**dict(optimizer))
+            except (TypeError, ValueError) as exc:
+                raise ClipflowError(f"optimizer: {exc}") from None
+            self.local.set_wd_mult(mults)
+
+        self._handles = []
+        for b in self.buckets:
+            for i, p in enumerate(b.params):
+                self._handles.append(p.register_post_accumulate_grad_hook(self._hook(b, i)))
+
+    # -- the step -------------------------------------------------------------------------------
+
+    def set_learning_rate(self, lr: float) -> None:
+        """The learning rate of the next update (sent with the pushes when the servers optimize)."""
+        if self.update_on_kvstore:
+            self.kv.set_learning_rate(lr)
+        elif self.local is not None:
+            self.local.learning_rate = float(lr)
+        else:
+            raise ClipflowError("set_learning_rate: this PSSync has no optimizer")
+
+    def synchronize(self) -> None:
+        """Push what backward left unpushed, wait for the merged buckets, write grads or weights."""
+        for b in self.buckets:
+            if not b.pushed:
+                self._push(b)
+                self.pushed_in_sync += 1
+        self.kv.pull(self.keys, [b.buffer for b in self.buckets])
+        for b in self.buckets:
+            b.ready.clear()
+            b.pushed = False
+        if self.update_on_kvstore:
+            self._write_weights()
+            return
+        with torch.no_grad():
+            for b in self.buckets:
+                assert b.buffer is not None
+                for p, s in b.slices():
+                    merged = b.buffer[s].view_as(p)
+                    if p.grad is None:
+                        p.grad = merged.to(device=p.device, dtype=p.dtype, copy=True)
+                    else:
+                        p.grad.copy_(merged)
+
+    def step(self) -> None:
+        """update_on_kvstore=False: the local SGD update from ``p.grad``; otherwise nothing to do."""
+        if self.update_on_kvstore:
+            return
+        if self.local is None:
+            raise ClipflowError("step: this PSSync has no optimizer; update the weights from p.grad yourself")
+        for b in self.buckets:
+            weight = np.empty(b.numel, dtype=np.float32)
+            grad = np.zeros(b.numel, dtype=np.float32)
+            for p, s in b.slices():
+                weight[s] = p.detach().reshape(-1).cpu().numpy()
+                if p.grad is not None:
+                    grad[s] = p.grad.detach().reshape(-1).cpu().numpy()
+            self.local.update(b.key, weight, grad)
+            with torch.no_grad():
+                for p, s in b.slices():
+                    p.copy_(torch.from_numpy(weight[s]).view_as(p))
+
+    def optimizer_states(self) -> dict[int, torch.Tensor]:
+        """Momentum buffers per bucket key: from the servers or from the local optimizer."""
+        if self.update_on_kvstore:
+            states = self.kv.save_optimizer_states()
+            return {k: v for k, v in states.items() if k in set(self.keys)}
+        if self.local is None:
+            return {}
+        return {k: torch.from_numpy(v) for k, v in self.local.get_states().items()}
+
+    def load_optimizer_states(self, states: Mapping[int, torch.Tensor]) -> None:
+        """Inverse of :meth:`optimizer_states` (collective when the servers optimize)."""
+        if self.update_on_kvstore:
+            self.kv.load_optimizer_states(states)
+        elif self.local is not None:
+            self.local.set_states({k: v.detach().cpu().numpy() for k, v in states.items()})
+
+    def pull_weights(self) -> None:
+        """update_on_kvstore=True: copy the servers' current weights into the parameters (e.g. after
+        a final barrier in dist_async, so every worker ends with the same model)."""
+        if not self.update_on_kvstore:
+            raise ClipflowError("pull_weights: with update_on_kvstore=False the servers hold gradient sums")
+        self.kv.pull(self.keys, [b.buffer for b in self.buckets])
+        self._write_weights()
+
+    def remove(self) -> None:
+        """Remove the hooks."""
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _hook(self, bucket: _Bucket, index: int) -> Callable[[torch.Tensor], None]:
+        def hook(_: torch.Tensor) -> None:
+            bucket.ready.add(index)
+            if len(bucket.ready) == len(bucket.params) and not bucket.pushed:
+                self._push(bucket)
+                self.pushed_in_backward += 1
+
+        return hook
+
+    def _push(self, bucket: _Bucket) -> None:
+        buf = bucket.buffer
+        assert buf is not None
+        with torch.no_grad():
+            for p, s in bucket.slices():
+                if p.grad is None:
+                    buf[s].zero_()
+                else:
+                    buf[s].copy_(p.grad.detach().reshape(-1))
+        self.kv.push(bucket.key, buf)  # copies the buffer before returning: it is reused for the pull
+        bucket.pushed = True
+
+    def _write_weights(self) -> None:
+        with torch.no_grad():
+            for b in self.buckets:
+                assert b.buffer is not None
+                for p, s in b.slices():
+                    p.copy_(b.buffer[s].view_as(p))
+
+
+def _make_buckets(
+    named: list[tuple[str, torch.nn.Parameter]], wd_mult: WdMult, bucket_bytes: int, key_base: int
+) -> list[_Bucket]:
+    """Buckets in reverse registration order, one open bucket per weight decay multiplier."""
+    buckets: list[_Bucket] = []
+    open_: dict[float, _Bucket] = {}
+    for name, p in reversed(named):
+        if wd_mult is None:
+            mult = 1.0
+        elif callable(wd_mult):
+            mult = float(wd_mult(name, p))
+        else:
+            mult = float(wd_mult.get(name, 1.0))
+        bucket = open_.get(mult)
+        if bucket is None:
+            bucket = open_[mult] = _Bucket(key_base + len(buckets), mult)
+            buckets.append(bucket)
+        bucket.add(p)
+        if bucket.numel * 4 >= bucket_bytes:
+            del open_[mult]
+    return buckets

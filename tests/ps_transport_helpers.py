@@ -1,0 +1,68 @@
+"""Worker programs for tests/test_ps_transport.py, run as ``python tests/ps_transport_helpers.py SCENARIO``.
+
+Like tests/ps_helpers.py: each reads the DMLC_* environment, checks its own results
+(exiting 1 on a mismatch) and prints one JSON line of facts.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+
+from clipflow.ps import KVStore
+
+SHAPES = {0: (3, 5), 1: (40,), 2: (7,)}
+ROUNDS = 20
+
+
+def expect(ok: bool, what: str) -> None:
+    if not ok:
+        print(f"check failed: {what}", file=sys.stderr, flush=True)
+        sys.exit(1)
+
+
+def grad(key: int, rank: int, round_: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(1_000_000 * round_ + 1000 * rank + key)
+    return torch.randn(SHAPES[key], generator=gen)
+
+
+def scenario_rounds(kv: KVStore) -> dict:
+    """ROUNDS pushpulls of random tensors, a push+pull and barriers; every sum checked exactly."""
+    keys = list(SHAPES)
+    kv.init(keys, [torch.zeros(s) for s in SHAPES.values()])
+    for round_ in range(ROUNDS):
+        values = [grad(k, kv.rank, round_) for k in keys]
+        outs = [torch.empty(s) for s in SHAPES.values()]
+        kv.pushpull(keys, values, outs)
+        for k, out in zip(keys, outs, strict=True):
+            want = grad(k, 0, round_)
+            for r in range(1, kv.num_workers):
+                want = want + grad(k, r, round_)
+            expect(torch.equal(out, want), f"round {round_} key {k}: the sum differs (a push lost or applied twice)")
+        if round_ % 5 == 4:
+            kv.barrier()
+    kv.push(1, grad(1, kv.rank, 99))
+    out = torch.empty(SHAPES[1])
+    kv.pull(1, out)
+    want = grad(1, 0, 99)
+    for r in range(1, kv.num_workers):
+        want = want + grad(1, r, 99)
+    expect(torch.equal(out, want), "push then pull: the sum differs")
+    dropped = sum(c.dropper.dropped for c in kv._servers if c.dropper is not None)
+    return {"rank": kv.rank, "rounds": ROUNDS, "dropped": dropped, "resent": kv._outbox.resent}
+
+
+SCENARIOS = {"rounds": scenario_rounds}
+
+
+def main() -> None:
+    kv = KVStore.create("dist_sync")
+    facts = SCENARIOS[sys.argv[1]](kv)
+    kv.close()
+    print(json.dumps(facts), flush=True)
+
+
+if __name__ == "__main__":
+    main()
