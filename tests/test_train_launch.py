@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import torch
 from conftest import python_env
 
 from clipflow.cluster.ports import free_port
@@ -19,20 +20,22 @@ TINY = {
 }
 
 
-def launch(tmp_path, tiny_videos, splits_dir) -> subprocess.CompletedProcess:
+def launch(tmp_path, tiny_videos, splits_dir, *extra: str, overrides=None, env_extra=None, security="auto"):
     plan = tmp_path / "plan.json"
-    env = {**python_env(), "CLIPFLOW_HEARTBEAT_TIMEOUT": "10"}
+    env = {**python_env(), "CLIPFLOW_HEARTBEAT_TIMEOUT": "10", **(env_extra or {})}
     made = subprocess.run(
         [sys.executable, "-m", "clipflow", "cluster", "plan", "--root-port", str(free_port()),
-         "--heartbeat-timeout", "10", "--out", str(plan)],
+         "--heartbeat-timeout", "10", "--security", security, "--out", str(plan)],
         env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert made.returncode == 0, made.stderr
     return subprocess.run(
         [sys.executable, "-m", "clipflow", "train", "launch", "--plan", str(plan), "--log-dir", str(tmp_path / "logs"),
-         "--recipe", "slowfast_tiny_synthetic", "--overrides", json.dumps(TINY), "--splits-dir", str(splits_dir),
+         "--recipe", "slowfast_tiny_synthetic", "--overrides", json.dumps(overrides or TINY),
+         "--splits-dir", str(splits_dir),
          "--root", str(tiny_videos), "--checkpoint-root", str(tmp_path / "ckpt"),
-         "--model-out", str(tmp_path / "model.pt"), "--metrics-out", str(tmp_path / "metrics.jsonl"), "--grace", "5"],
+         "--model-out", str(tmp_path / "model.pt"), "--metrics-out", str(tmp_path / "metrics.jsonl"), "--grace", "5",
+         *extra],
         env=env, capture_output=True, text=True, timeout=180,
     )  # fmt: skip
 
@@ -68,3 +71,35 @@ def test_two_workers_train_one_epoch_and_write_the_model(tmp_path, tiny_videos):
     assert [h["epoch"] for h in history] == [1] and history[0]["step"] == 2
     assert (tmp_path / "model.pt").stat().st_size > 100_000
     assert "final model" in done.stdout
+
+
+def test_servers_run_the_optimizer_with_2bit_compression_and_resume_their_momentum(tmp_path, tiny_videos):
+    """update_on_kvstore with 2-bit pushes; worker 1 killed in epoch 2; the rerun loads the servers' momentum."""
+    entries = scanned(tiny_videos)
+    splits = tmp_path / "splits"
+    write_list(splits / "worker0.lst", entries[:4])
+    write_list(splits / "worker1.lst", entries[4:8])
+    two_epochs = {**TINY, "train": {**TINY["train"], "epochs": 2, "save_frequency": 1}}
+    flags = ("--update-on-kvstore", "--compression", "2bit", "--compression-threshold", "0.01")
+    failed = launch(tmp_path, tiny_videos, splits, *flags, overrides=two_epochs,
+                    env_extra={"CLIPFLOW_FAULT_KILL": "1:2"})  # fmt: skip
+    assert failed.returncode != 0 and "worker 1 on localhost failed (killed by signal SIGKILL)" in failed.stdout
+    checkpoint = next((tmp_path / "ckpt").rglob("epoch_0001.pt"))
+    momentum = torch.load(checkpoint, weights_only=False)["optimizer"]
+    assert momentum and all(v.abs().sum() > 0 for v in momentum.values()), "the servers' momentum is checkpointed"
+    done = launch(tmp_path, tiny_videos, splits, *flags, overrides=two_epochs)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "resumed from checkpoint" in done.stdout and "epoch 2/2" in done.stdout
+    assert (tmp_path / "model.pt").exists()
+
+
+def test_training_over_curve_when_the_plan_asks_for_it(tmp_path, tiny_videos):
+    entries = scanned(tiny_videos)
+    splits = tmp_path / "splits"
+    write_list(splits / "worker0.lst", entries[:4])
+    write_list(splits / "worker1.lst", entries[4:8])
+    done = launch(tmp_path, tiny_videos, splits, security="curve", env_extra={"PS_VERBOSE": "1"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert plan["security"] == "curve" and (tmp_path / "ps_keys" / "server.key_secret").exists()
+    assert "curve" in done.stdout.lower()

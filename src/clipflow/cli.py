@@ -30,12 +30,15 @@ def _json(text: str) -> dict:
 def cmd_cluster_plan(a: argparse.Namespace) -> int:
     from clipflow.cluster.plan import check_ports, make_plan
 
-    plan = make_plan(a.launcher, a.hosts.split(","), a.num_workers, a.num_servers, a.root_port, a.heartbeat_timeout)
+    keys_dir = Path(a.out).parent / "ps_keys"
+    plan = make_plan(a.launcher, a.hosts.split(","), a.num_workers, a.num_servers, a.root_port, a.heartbeat_timeout,
+                     a.security, keys_dir)  # fmt: skip
     check_ports(plan)
     plan.write(a.out)
     for r in plan.roles:
         print(f"{r.role:9} {r.rank:3} on {r.host}")
     print(f"scheduler at {plan.root_uri}:{plan.root_port}; plan written to {a.out}")
+    print(f"parameter-server security: {plan.security}" + (f" (keys in {plan.keys_dir})" if plan.keys_dir else ""))
     return 0
 
 
@@ -95,6 +98,9 @@ def _add_worker_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-out", required=True)
     p.add_argument("--metrics-out", required=True)
     p.add_argument("--kvstore", default="dist_sync")
+    p.add_argument("--update-on-kvstore", action="store_true", help="the servers run the optimizer")
+    p.add_argument("--compression", default="none", choices=["none", "2bit"], help="gradient compression")
+    p.add_argument("--compression-threshold", type=float, default=0.5)
     p.add_argument("--seed", type=int, default=0)
 
 
@@ -116,6 +122,11 @@ def _worker_argv(a: argparse.Namespace) -> list[str]:
         a.metrics_out,
         "--kvstore",
         a.kvstore,
+        *(["--update-on-kvstore"] if a.update_on_kvstore else []),
+        "--compression",
+        a.compression,
+        "--compression-threshold",
+        str(a.compression_threshold),
         "--seed",
         str(a.seed),
     ]
@@ -143,7 +154,7 @@ def cmd_train_worker(a: argparse.Namespace) -> int:
 
     from clipflow.ps import KVStore
     from clipflow.recipe import load_recipe
-    from clipflow.train.trainer import Trainer, WorkerPaths
+    from clipflow.train.trainer import PSSettings, Trainer, WorkerPaths
 
     torch.set_num_threads(int(os.environ.get("CLIPFLOW_TORCH_THREADS", "1")))
     recipe = load_recipe(a.recipe, _json(a.overrides))
@@ -151,7 +162,15 @@ def cmd_train_worker(a: argparse.Namespace) -> int:
         Path(a.splits_dir), Path(a.root), Path(a.checkpoint_root), Path(a.model_out), Path(a.metrics_out)
     )
     with KVStore.create(a.kvstore) as kv:  # an exception tells the scheduler, which stops the other nodes
-        Trainer(kv, recipe, paths, a.seed, a.kvstore).run()
+        ps = PSSettings(a.kvstore, a.update_on_kvstore, a.compression, a.compression_threshold)
+        Trainer(kv, recipe, paths, a.seed, ps).run()
+    return 0
+
+
+def cmd_ps_keys(a: argparse.Namespace) -> int:
+    from clipflow.ps.security import make_keys
+
+    print(f"CURVE keys in {make_keys(a.dir)}: copy the folder to every node, set CLIPFLOW_PS_KEYS to it")
     return 0
 
 
@@ -203,6 +222,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-servers", type=int, default=1)
     p.add_argument("--root-port", type=int, default=9091)
     p.add_argument("--heartbeat-timeout", type=float, default=30.0)
+    p.add_argument(
+        "--security",
+        default="auto",
+        choices=["auto", "curve", "none"],
+        help="CURVE on every PS socket; auto: whenever the scheduler is not on loopback",
+    )
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_cluster_plan)
 
@@ -248,6 +273,9 @@ def build_parser() -> argparse.ArgumentParser:
     ps = sub.add_parser("ps", help="parameter server").add_subparsers(dest="action", required=True)
     p = ps.add_parser("role", help="run the scheduler or a server, as DMLC_ROLE says")
     p.set_defaults(func=cmd_ps_role)
+    p = ps.add_parser("keys", help="make the CURVE key folder of a job")
+    p.add_argument("dir")
+    p.set_defaults(func=cmd_ps_keys)
 
     p = sub.add_parser("evaluate", help="top-1/top-5 of a trained model on a list")
     p.add_argument("--model", required=True)

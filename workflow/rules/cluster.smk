@@ -12,6 +12,7 @@ rule cluster_plan:
         servers=CLUSTER["num_servers"],
         port=CLUSTER["root_port"],
         timeout=CLUSTER["heartbeat_timeout"],
+        security=CLUSTER["security"],
     log:
         f"{LOGS}/cluster_plan.log",
     conda:
@@ -19,4 +20,4 @@ rule cluster_plan:
     shell:
         "python -m clipflow cluster plan --launcher {params.launcher} --hosts {params.hosts:q}"
         " --num-workers {params.workers} --num-servers {params.servers} --root-port {params.port}"
-        " --heartbeat-timeout {params.timeout} --out {output:q} > {log:q} 2>&1"
+        " --heartbeat-timeout {params.timeout} --security {params.security} --out {output:q} > {log:q} 2>&1"

@@ -14,6 +14,8 @@ rule train:
     params:
         overrides=OVERRIDES,
         kvstore=config["train"]["kvstore"],
+        on_servers="--update-on-kvstore" if config["train"]["update_on_kvstore"] else "",
+        compression=config["train"]["gradient_compression"],
         seed=config["train"]["seed"],
         root=data_root,
         splits=lambda wildcards, input: os.path.dirname(input.splits[0]),
@@ -29,4 +31,6 @@ rule train:
         "python -m clipflow train launch --plan {input.plan:q} --log-dir {params.logs:q}"
         " --recipe {input.recipe:q} --overrides {params.overrides:q} --splits-dir {params.splits:q}"
         " --root {params.root:q} --checkpoint-root {params.checkpoints:q} --model-out {output.model:q}"
-        " --metrics-out {output.history:q} --kvstore {params.kvstore} --seed {params.seed} 2>&1 | tee {log:q}"
+        " --metrics-out {output.history:q} --kvstore {params.kvstore} {params.on_servers}"
+        " --compression {params.compression[type]} --compression-threshold {params.compression[threshold]}"
+        " --seed {params.seed} 2>&1 | tee {log:q}"

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from clipflow.cluster.ports import port_free
 from clipflow.errors import ClipflowError
+from clipflow.ps.env import is_loopback
+from clipflow.ps.security import make_keys
 
 LOCAL_NAMES = {"localhost", "127.0.0.1", "::1"}
 
@@ -34,6 +36,8 @@ class Plan:
     num_servers: int
     heartbeat_timeout: float
     roles: list[Role] = field(default_factory=list)
+    security: str = "none"  # curve or none, for every parameter-server socket
+    keys_dir: str = ""  # the CURVE key folder (made by the cluster stage) when security is curve
 
     def write(self, path: str | Path) -> None:
         path = Path(path)
@@ -52,8 +56,17 @@ class Plan:
 
 
 def make_plan(
-    launcher: str, hosts: list[str], num_workers: int, num_servers: int, root_port: int, heartbeat_timeout: float
+    launcher: str,
+    hosts: list[str],
+    num_workers: int,
+    num_servers: int,
+    root_port: int,
+    heartbeat_timeout: float,
+    security: str = "auto",
+    keys_dir: str | Path = "",
 ) -> Plan:
+    """With security `auto`, CURVE whenever the scheduler is not on loopback; with CURVE the job's
+    keys are made in keys_dir (kept when already there)."""
     if not hosts:
         raise ClipflowError("cluster.hosts is empty: name at least one host")
     if launcher == "local" and any(h not in LOCAL_NAMES for h in hosts):
@@ -65,7 +78,26 @@ def make_plan(
     roles += [Role("server", r, hosts[r % len(hosts)]) for r in range(num_servers)]
     roles += [Role("worker", r, hosts[r % len(hosts)]) for r in range(num_workers)]
     root_uri = "127.0.0.1" if hosts[0] in LOCAL_NAMES else socket.gethostbyname(hosts[0])
-    return Plan(launcher, hosts, root_uri, root_port, num_workers, num_servers, heartbeat_timeout, roles)
+    if security not in ("auto", "curve", "none"):
+        raise ClipflowError(f"cluster.security must be auto, curve or none, not {security!r}")
+    if security == "auto":
+        security = "none" if is_loopback(root_uri) else "curve"
+    if security == "curve":
+        if not keys_dir:
+            raise ClipflowError("CURVE security needs a folder for the job's keys")
+        keys_dir = str(make_keys(keys_dir))
+    return Plan(
+        launcher,
+        hosts,
+        root_uri,
+        root_port,
+        num_workers,
+        num_servers,
+        heartbeat_timeout,
+        roles,
+        security,
+        str(keys_dir) if security == "curve" else "",
+    )
 
 
 def check_ports(plan: Plan) -> None:

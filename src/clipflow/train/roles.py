@@ -14,7 +14,11 @@ from clipflow.train.launcher import RoleCommand
 
 
 def ps_environment(plan: Plan, role: str, rank: int) -> dict[str, str]:
+    security = {"CLIPFLOW_PS_SECURITY": plan.security}
+    if plan.keys_dir:
+        security["CLIPFLOW_PS_KEYS"] = plan.keys_dir
     return {
+        **security,
         "DMLC_ROLE": role,
         "DMLC_PS_ROOT_URI": plan.root_uri,
         "DMLC_PS_ROOT_PORT": str(plan.root_port),

@@ -2,9 +2,10 @@
 
 Every worker builds the same model from the same seed, then takes rank 0's state
 (fresh, or the newest checkpoint rank 0 can load) through the key-value store, so
-only the launching node needs the checkpoint files. Each step pushes the local
-gradients and pulls their sum over all workers; every worker applies the same
-update, so the weights stay equal without ever being sent again.
+only the launching node needs the checkpoint files. Gradients go to the servers in
+buckets while backward runs (PSSync). With update_on_kvstore false the servers sum
+them and every worker applies the same SGD update; with true the servers run that
+update and the workers pull the new weights.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
@@ -31,14 +31,24 @@ from clipflow.errors import ClipflowError
 from clipflow.models import build_model
 from clipflow.train.checkpoint import CheckpointStore, atomic_save
 from clipflow.train.faults import FaultInjector
+from clipflow.train.ps_sync import PSSync
 from clipflow.train.schedule import Schedule, scaled_lr
 
-# Key ranges on the parameter server, one per kind of tensor.
-GRAD_KEYS = 0
+# Key ranges on the parameter server, one per kind of tensor (PSSync's buckets start at 1,000,000).
 STATE_KEYS = 100_000
 MOMENTUM_KEYS = 200_000
 META_KEY = 300_000
 METRIC_KEY = 300_001
+
+
+@dataclass(frozen=True)
+class PSSettings:
+    """How workers use the parameter server (launch settings, not part of a recipe)."""
+
+    mode: str = "dist_sync"
+    update_on_kvstore: bool = False  # True: servers run the optimizer; False: they sum, workers update
+    compression: str = "none"  # or "2bit"
+    threshold: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -79,22 +89,18 @@ def make_dataset(recipe: dict, list_path: Path, root: Path, mode: str, seed: int
     )
 
 
-def fingerprint(recipe: dict, num_workers: int, seed: int, mode: str, shard: Path) -> str:
+def fingerprint(recipe: dict, num_workers: int, seed: int, ps: PSSettings, shard: Path) -> str:
     """Settings a checkpoint is valid for: resuming under others would mix two trainings."""
-    blob = json.dumps({"recipe": recipe, "workers": num_workers, "seed": seed, "mode": mode}, sort_keys=True)
+    settings = {"recipe": recipe, "workers": num_workers, "seed": seed, "ps": vars(ps)}
+    blob = json.dumps(settings, sort_keys=True)
     digest = hashlib.sha256(blob.encode())
     digest.update(shard.read_bytes())
     return digest.hexdigest()[:16]
 
 
-def _float_state(model: nn.Module) -> list[torch.Tensor]:
-    """Parameters and floating-point buffers, in a fixed order: what workers must agree on."""
-    return [t for t in model.state_dict().values() if t.is_floating_point()]
-
-
 class Trainer:
-    def __init__(self, kv: Any, recipe: dict, paths: WorkerPaths, seed: int, mode: str, log=print):
-        self.kv, self.recipe, self.paths, self.seed, self.log = kv, recipe, paths, seed, log
+    def __init__(self, kv: Any, recipe: dict, paths: WorkerPaths, seed: int, ps: PSSettings, log=print):
+        self.kv, self.recipe, self.paths, self.seed, self.ps, self.log = kv, recipe, paths, seed, ps, log
         self.rank, self.num_workers = kv.rank, kv.num_workers
         t = recipe["train"]
         self.epochs, self.batch_size = t["epochs"], t["batch_size"]
@@ -120,11 +126,8 @@ class Trainer:
         )
         torch.manual_seed(seed)
         self.model = build_model(recipe["model"])
-        self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.SGD(
-            self.params, lr=self.lr, momentum=t["momentum"], nesterov=t["nesterov"], weight_decay=t["wd"]
-        )
-        run_id = fingerprint(recipe, self.num_workers, seed, mode, shard)
+        self.sync: PSSync | None = None  # made once rank 0's state is known (_resume_state)
+        run_id = fingerprint(recipe, self.num_workers, seed, ps, shard)
         self.store = CheckpointStore(paths.checkpoint_root / run_id, keep=t["keep_checkpoints"], log=log)
         self.history_path = self.store.folder / "metrics.jsonl"
         self.faults = FaultInjector(self.rank)
@@ -139,12 +142,13 @@ class Trainer:
     def _resume_state(self) -> tuple[int, int]:
         """Rank 0 loads the newest checkpoint; every worker then receives rank 0's state. (epoch, step) done."""
         done = torch.zeros(2)
+        optimizer_states: dict = {}
         if self.rank == 0:
             found = self.store.load_newest()
             if found:
                 state, path = found
                 self.model.load_state_dict(state["model"])
-                self.optimizer.load_state_dict(state["optimizer"])
+                optimizer_states = state["optimizer"]
                 torch.set_rng_state(state["rng"]["torch"])
                 np.random.set_state(state["rng"]["numpy"])
                 random.setstate(state["rng"]["python"])
@@ -153,32 +157,39 @@ class Trainer:
             else:
                 self.log(f"no checkpoint in {self.store.folder}: starting from scratch")
         self._broadcast([META_KEY], [done])
-        weights = _float_state(self.model)
-        self._broadcast(list(range(STATE_KEYS, STATE_KEYS + len(weights))), weights)
-        if done[0] > 0:  # momentum: rank 0's from the checkpoint; the others make room for it
-            buffers = []
-            for p in self.params:
-                slot = self.optimizer.state[p]
-                if slot.get("momentum_buffer") is None:
-                    slot["momentum_buffer"] = torch.zeros_like(p)
-                buffers.append(slot["momentum_buffer"])
-            self._broadcast(list(range(MOMENTUM_KEYS, MOMENTUM_KEYS + len(buffers))), buffers)
-        self.kv.init(list(range(GRAD_KEYS, GRAD_KEYS + len(self.params))), [torch.zeros_like(p) for p in self.params])
+        buffers = [b for b in self.model.buffers() if b.is_floating_point()]  # BatchNorm statistics
+        self._broadcast(list(range(STATE_KEYS, STATE_KEYS + len(buffers))), buffers)
+        t = self.recipe["train"]
+        self.sync = PSSync(  # takes rank 0's weights
+            self.model,
+            self.kv,
+            update_on_kvstore=self.ps.update_on_kvstore,
+            optimizer={"learning_rate": self.lr, "momentum": t["momentum"], "wd": t["wd"],
+                       "nesterov": t["nesterov"], "rescale_grad": 1.0 / self.num_workers},
+        )  # fmt: skip
+        if self.ps.compression != "none":
+            self.kv.set_gradient_compression({"type": self.ps.compression, "threshold": self.ps.threshold},
+                                             keys=self.sync.keys)  # fmt: skip
+        if done[0] > 0:
+            self._share_optimizer_states(optimizer_states)
         self.kv.init(METRIC_KEY, torch.zeros(3))
         return int(done[0]), int(done[1])
 
-    def _broadcast(self, keys: list[int], tensors: list[torch.Tensor]) -> None:
-        """Rank 0's tensors reach every worker, in place: one init (one barrier), then pulls."""
-        self.kv.init(keys, tensors)
-        for key, tensor in zip(keys, tensors, strict=True):
-            self.kv.pull(key, tensor)
+    def _share_optimizer_states(self, states: dict) -> None:
+        """Rank 0's momentum buffers (from its checkpoint) to wherever the optimizer runs."""
+        assert self.sync is not None
+        if self.ps.update_on_kvstore:
+            self.sync.load_optimizer_states(states)  # collective: rank 0 sends to the servers
+            return
+        buffers = [states[b.key].clone().float() if self.rank == 0 else torch.zeros(b.numel) for b in self.sync.buckets]
+        self._broadcast(list(range(MOMENTUM_KEYS, MOMENTUM_KEYS + len(buffers))), buffers)
+        self.sync.load_optimizer_states({b.key: buf for b, buf in zip(self.sync.buckets, buffers, strict=True)})
 
-    def _sync_gradients(self) -> None:
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
-        keys = list(range(GRAD_KEYS, GRAD_KEYS + len(grads)))
-        self.kv.pushpull(keys, grads, grads)
-        for p, g in zip(self.params, grads, strict=True):
-            p.grad = g.div_(self.num_workers)
+    def _broadcast(self, keys: list[int], tensors: list[torch.Tensor]) -> None:
+        """Rank 0's tensors reach every worker, in place: one init (one barrier), then one pull."""
+        if keys:
+            self.kv.init(keys, tensors)
+            self.kv.pull(keys, tensors)
 
     def _global_metrics(self, loss_sum: float, correct: int, count: int) -> tuple[float, float]:
         totals = torch.tensor([loss_sum, float(correct), float(count)])
@@ -190,7 +201,7 @@ class Trainer:
     def _checkpoint(self, epoch: int, step: int) -> None:
         state = {
             "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": self.sync.optimizer_states(),
             "epoch": epoch,
             "step": step,
             "schedule": vars(self.schedule),
@@ -233,14 +244,13 @@ class Trainer:
                 self.faults.check(epoch, it)
                 loaded = time.perf_counter()
                 lr = self.schedule(step)
-                for group in self.optimizer.param_groups:
-                    group["lr"] = lr
+                self.sync.set_learning_rate(lr)
                 logits = self.model(slow, fast)
                 loss = F.cross_entropy(logits, labels)
-                self.optimizer.zero_grad(set_to_none=False)
-                loss.backward()
-                self._sync_gradients()
-                self.optimizer.step()
+                loss.backward()  # full buckets are pushed from the hooks while backward goes on
+                self.sync.synchronize()
+                self.sync.step()
+                self.model.zero_grad(set_to_none=True)
                 step += 1
                 loss_sum += loss.item() * len(labels)
                 correct += int((logits.argmax(1) == labels).sum())
