@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import test_ps
 from test_ps import HB_TIMEOUT, TESTS, Cluster, Proc
+from test_ps import base_env as env
 
 from clipflow.errors import ClipflowError
 from clipflow.ps import PSConfig
@@ -33,17 +34,6 @@ make_cluster = test_ps.make_cluster  # the fixture, shared
 def rounds(cluster: Cluster, name: str, **env: str) -> Proc:
     """A worker running tests/ps_transport_helpers.py's ``rounds`` scenario."""
     return cluster.start(name, "worker", [sys.executable, str(TRANSPORT_HELPERS), "rounds"], **env)
-
-
-def env(**extra: str) -> dict[str, str]:
-    return {
-        "DMLC_ROLE": "worker",
-        "DMLC_PS_ROOT_URI": "127.0.0.1",
-        "DMLC_PS_ROOT_PORT": "9091",
-        "DMLC_NUM_SERVER": "1",
-        "DMLC_NUM_WORKER": "2",
-        **extra,
-    }
 
 
 # -- settings -----------------------------------------------------------------------------------
