@@ -93,15 +93,21 @@ def distributed(kv: KVStore, nesterov: bool, update_on_kvstore: bool, key_base: 
         wd_mult=no_decay,
     )
     x, y = data()
-    for step in range(STEPS):
-        ps.set_learning_rate(lr_at(step))
-        start = step * 2 * HALF_BATCH + kv.rank * HALF_BATCH
-        sl = slice(start, start + HALF_BATCH)
+    worker_steps(kv, ps, model, torch.nn.functional.cross_entropy, x, y, HALF_BATCH, STEPS, lr_at)
+    return model, ps
+
+
+def worker_steps(kv, ps, model, loss_fn, x, y, batch: int, steps: int, lr=None) -> None:
+    """This worker's half of every global batch of 2 * batch: backward, synchronize, step."""
+    for step in range(steps):
+        if lr is not None:
+            ps.set_learning_rate(lr(step))
+        start = step * 2 * batch + kv.rank * batch
+        sl = slice(start, start + batch)
         model.zero_grad(set_to_none=True)
-        torch.nn.functional.cross_entropy(model(x[sl]), y[sl]).backward()
+        loss_fn(model(x[sl]), y[sl]).backward()
         ps.synchronize()
         ps.step()
-    return model, ps
 
 
 def max_diff(a: torch.nn.Module, b: torch.nn.Module) -> float:
@@ -124,13 +130,7 @@ def fit(kv: KVStore, update_on_kvstore: bool) -> dict:
     x, y = fit_data()
     with torch.no_grad():
         first = float(torch.nn.functional.mse_loss(model(x), y))
-    for step in range(FIT_STEPS):
-        start = step * 2 * FIT_BATCH + kv.rank * FIT_BATCH
-        sl = slice(start, start + FIT_BATCH)
-        model.zero_grad(set_to_none=True)
-        torch.nn.functional.mse_loss(model(x[sl]), y[sl]).backward()
-        ps.synchronize()
-        ps.step()
+    worker_steps(kv, ps, model, torch.nn.functional.mse_loss, x, y, FIT_BATCH, FIT_STEPS)
     kv.barrier()
     if update_on_kvstore:
         ps.pull_weights()  # dist_async: the weights after everyone's last push

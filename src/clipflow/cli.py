@@ -161,8 +161,8 @@ def cmd_train_worker(a: argparse.Namespace) -> int:
     paths = WorkerPaths(
         Path(a.splits_dir), Path(a.root), Path(a.checkpoint_root), Path(a.model_out), Path(a.metrics_out)
     )
-    with KVStore.create(a.kvstore) as kv:  # an exception tells the scheduler, which stops the other nodes
-        ps = PSSettings(a.kvstore, a.update_on_kvstore, a.compression, a.compression_threshold)
+    ps = PSSettings(a.kvstore, a.update_on_kvstore, a.compression, a.compression_threshold)
+    with KVStore.create(ps.mode) as kv:  # an exception tells the scheduler, which stops the other nodes
         Trainer(kv, recipe, paths, a.seed, ps).run()
     return 0
 

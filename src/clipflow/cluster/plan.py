@@ -82,10 +82,9 @@ def make_plan(
         raise ClipflowError(f"cluster.security must be auto, curve or none, not {security!r}")
     if security == "auto":
         security = "none" if is_loopback(root_uri) else "curve"
-    if security == "curve":
-        if not keys_dir:
-            raise ClipflowError("CURVE security needs a folder for the job's keys")
-        keys_dir = str(make_keys(keys_dir))
+    if security == "curve" and not keys_dir:
+        raise ClipflowError("CURVE security needs a folder for the job's keys")
+    keys = str(make_keys(keys_dir)) if security == "curve" else ""
     return Plan(
         launcher,
         hosts,
@@ -96,7 +95,7 @@ def make_plan(
         heartbeat_timeout,
         roles,
         security,
-        str(keys_dir) if security == "curve" else "",
+        keys,
     )
 
 
