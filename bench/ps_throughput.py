@@ -1,19 +1,24 @@
 """Parameter-server throughput: 100 MB pushpull per iteration against gloo all_reduce and raw zmq.
 
-One run, all on 127.0.0.1, each figure in its own processes:
+One run, all on 127.0.0.1 (and 127.0.0.2), each figure in its own processes:
 
-* clipflow dist_sync pushpull of one 25M-element float32 key (100 MB), 2 workers and
-  1 server, then 2 workers and 2 servers (MXNET_KVSTORE_BIGARRAY_BOUND at its default,
-  so the key is split over both servers);
+* clipflow dist_sync pushpull of one 25M-element float32 key (100 MB), 2 workers:
+  ``tcp_1server`` and ``tcp_2servers`` with shared memory off (every byte through
+  loopback TCP; with 2 servers the key is split over both, MXNET_KVSTORE_BIGARRAY_BOUND
+  at its default); ``2hosts_beside``: two hosts' worth of roles, worker r and server r
+  advertising 127.0.0.<r+1>, so each worker reaches the server beside it through shared
+  memory and the other one over TCP (the launcher's default placement on 2 machines);
+  ``1host_shm``: everything on one host, shared memory on;
 * torch.distributed gloo ``all_reduce`` of the same tensor, 2 processes;
 * raw zmq: one process sends the 100 MB to another and gets it back (no PS logic),
   with the glibc malloc tuning the PS nodes use (:func:`clipflow.ps.transport.tune_malloc`)
   and without it. Both copy the answer into a result array, as a pull does.
 
-Warm-up iterations, then the median of the timed ones (ms per iteration, as seen by
-worker / rank 0). Prints a table, then one JSON line of the figures.
+Each job runs ``--repeat`` times, the jobs in turn (a slow spell of a shared machine then
+hits every job alike); per job, warm-up iterations, then the median of all timed ones
+(ms per iteration, as seen by worker / rank 0). Prints a table, then one JSON line.
 
-Usage: ``.venv/bin/python bench/ps_throughput.py [--iters N] [--warmup N] [--numel N]``
+Usage: ``.venv/bin/python bench/ps_throughput.py [--iters N] [--warmup N] [--repeat N] [--numel N]``
 """
 
 from __future__ import annotations
@@ -77,19 +82,30 @@ def timings(out: str) -> list[float]:
 # -- clipflow -----------------------------------------------------------------------------------
 
 
-def clipflow(num_server: int, args: argparse.Namespace) -> list[float]:
+def clipflow(num_server: int, args: argparse.Namespace, layout: str) -> list[float]:
+    """One clipflow job; ``layout``: ``tcp`` (one host, shared memory off), ``shm`` (one host, on) or
+    ``2hosts`` (worker r and server r advertise 127.0.0.<r+1>: two machines' worth of roles, where each
+    worker reaches the server beside it through shared memory and the other one over TCP)."""
     base = child_env(
         DMLC_PS_ROOT_URI="127.0.0.1",
         DMLC_PS_ROOT_PORT=str(free_port()),
         DMLC_NUM_SERVER=str(num_server),
         DMLC_NUM_WORKER="2",
         CLIPFLOW_STARTUP_TIMEOUT="60",
+        CLIPFLOW_PS_SHM="0" if layout == "tcp" else "1",
     )
+
+    def host(rank: int) -> dict[str, str]:
+        return {"DMLC_NODE_HOST": f"127.0.0.{rank + 1}"} if layout == "2hosts" else {}
+
     role = [sys.executable, "-c", "import sys; from clipflow.ps import run_role; sys.exit(run_role())"]
     cmds = [(role, {**base, "DMLC_ROLE": "scheduler"})]
-    cmds += [(role, {**base, "DMLC_ROLE": "server"}) for _ in range(num_server)]
+    cmds += [(role, {**base, **host(r), "DMLC_ROLE": "server", "DMLC_RANK": str(r)}) for r in range(num_server)]
     me = self_cmd(args)
-    cmds += [([*me, "--role", "ps-worker"], {**base, "DMLC_ROLE": "worker", "DMLC_RANK": str(r)}) for r in range(2)]
+    cmds += [
+        ([*me, "--role", "ps-worker"], {**base, **host(r), "DMLC_ROLE": "worker", "DMLC_RANK": str(r)})
+        for r in range(2)
+    ]
     outs = run_procs(cmds)
     return timings(outs[1 + num_server])
 
@@ -192,6 +208,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--iters", type=int, default=7)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3, help="rounds over all the jobs (timed iterations pooled)")
     parser.add_argument("--numel", type=int, default=NUMEL)
     parser.add_argument("--role", default="main")
     parser.add_argument("--rank", type=int, default=0)
@@ -206,23 +223,35 @@ def main() -> None:
         return zmq_side(args)
 
     mb = args.numel * 4 / 1e6
-    print(f"pushpull / all_reduce of {args.numel} float32 ({mb:.0f} MB), {args.warmup} warm-up + {args.iters} timed")
-    runs = {
-        "raw_zmq_roundtrip": raw_zmq(args, tune=True),
-        "raw_zmq_untuned_malloc": raw_zmq(args, tune=False),
-        "gloo_allreduce": gloo(args),
-        "clipflow_1server": clipflow(1, args),
-        "clipflow_2servers": clipflow(2, args),
+    print(
+        f"pushpull / all_reduce of {args.numel} float32 ({mb:.0f} MB), {args.warmup} warm-up + {args.iters} timed "
+        f"per job, {args.repeat} rounds over the jobs"
+    )
+    jobs = {
+        "raw_zmq_roundtrip": lambda: raw_zmq(args, tune=True),
+        "raw_zmq_untuned_malloc": lambda: raw_zmq(args, tune=False),
+        "gloo_allreduce": lambda: gloo(args),
+        "clipflow_tcp_1server": lambda: clipflow(1, args, "tcp"),
+        "clipflow_tcp_2servers": lambda: clipflow(2, args, "tcp"),
+        "clipflow_2hosts_beside": lambda: clipflow(2, args, "2hosts"),
+        "clipflow_1host_shm": lambda: clipflow(2, args, "shm"),
     }
+    # every job runs once per repeat, in turn, so a slow spell on a shared machine hits them all alike
+    runs: dict[str, list[float]] = {name: [] for name in jobs}
+    for _ in range(args.repeat):
+        for name, job in jobs.items():
+            runs[name] += job()
     med = {name: statistics.median(ms) for name, ms in runs.items()}
-    print(f"{'what':<22}{'median ms':>11}{'min ms':>9}{'max ms':>9}{'x gloo':>8}")
+    print(f"{'what':<24}{'median ms':>11}{'min ms':>9}{'max ms':>9}{'x gloo':>8}")
     for name, ms in runs.items():
         ratio = med[name] / med["gloo_allreduce"]
-        print(f"{name:<22}{med[name]:>11.1f}{min(ms):>9.1f}{max(ms):>9.1f}{ratio:>8.2f}")
+        print(f"{name:<24}{med[name]:>11.1f}{min(ms):>9.1f}{max(ms):>9.1f}{ratio:>8.2f}")
     figures = {f"{name}_ms": round(v, 1) for name, v in med.items()}
-    figures["ratio_clipflow_1server_vs_gloo"] = round(med["clipflow_1server"] / med["gloo_allreduce"], 2)
-    figures["ratio_clipflow_2servers_vs_gloo"] = round(med["clipflow_2servers"] / med["gloo_allreduce"], 2)
+    for name in runs:
+        if name.startswith("clipflow"):
+            figures[f"ratio_{name}_vs_gloo"] = round(med[name] / med["gloo_allreduce"], 2)
     figures["numel"] = args.numel
+    figures["timed_per_job"] = args.iters * args.repeat
     figures["cpus"] = os.cpu_count()
     print(json.dumps(figures), flush=True)
 

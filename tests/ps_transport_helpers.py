@@ -12,6 +12,7 @@ import sys
 import torch
 
 from clipflow.ps import KVStore
+from clipflow.ps.shm import SHM_DIR
 
 SHAPES = {0: (3, 5), 1: (40,), 2: (7,)}
 ROUNDS = 20
@@ -51,7 +52,15 @@ def scenario_rounds(kv: KVStore) -> dict:
         want = want + grad(1, r, 99)
     expect(torch.equal(out, want), "push then pull: the sum differs")
     dropped = sum(c.dropper.dropped for c in kv._servers if c.dropper is not None)
-    return {"rank": kv.rank, "rounds": ROUNDS, "dropped": dropped, "resent": kv._outbox.resent}
+    return {
+        "rank": kv.rank,
+        "rounds": ROUNDS,
+        "dropped": dropped,
+        "resent": kv._outbox.resent,
+        "shared_with": sorted(kv._local),  # servers reached through shared memory (clipflow.ps.shm)
+        "regions": len(kv._regions),
+        "files_left": sorted(f.name for f in SHM_DIR.glob(f"clipflow-ps-*{kv._link.uid}*")),
+    }
 
 
 SCENARIOS = {"rounds": scenario_rounds}

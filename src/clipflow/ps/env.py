@@ -20,6 +20,9 @@ Reliability (see :mod:`clipflow.ps.reliable`)
 Throughput (see :mod:`clipflow.ps.transport`)
     ``CLIPFLOW_PS_MALLOC_TUNE`` = 1 (default) | 0: let servers and workers keep large
     freed buffers on the glibc heap (avoids page faults on every received 100 MB message).
+    ``CLIPFLOW_PS_SHM`` = 1 (default) | 0: a worker and a server on the same machine pass
+    arrays through shared memory instead of loopback TCP (see :mod:`clipflow.ps.shm`);
+    ``CLIPFLOW_PS_SHM_MIN_BYTES`` (default 65536): smaller key parts keep using TCP.
 """
 
 from __future__ import annotations
@@ -61,6 +64,8 @@ class PSConfig:
     drop_percent: float = 0.0
     drop_seed: int | None = None
     malloc_tune: bool = True
+    shm: bool = True
+    shm_min_bytes: int = 65536
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> PSConfig:
@@ -107,6 +112,8 @@ class PSConfig:
             raise ClipflowError(f"CLIPFLOW_PS_DROP_PERCENT must be a number 0-100; got {drop:g}")
         drop_seed = _optional(env, "CLIPFLOW_PS_DROP_SEED")
         malloc_tune = _int(env, "CLIPFLOW_PS_MALLOC_TUNE", "1 (tune glibc malloc for large messages) or 0", 0, 1, 1)
+        shm = _int(env, "CLIPFLOW_PS_SHM", "1 (shared memory between nodes on one machine) or 0", 0, 1, 1)
+        shm_min = _int(env, "CLIPFLOW_PS_SHM_MIN_BYTES", "a number of bytes, an integer >= 0", low=0, default=65536)
         return cls(
             role=role,
             root_uri=root_uri,
@@ -128,6 +135,8 @@ class PSConfig:
             drop_percent=drop,
             drop_seed=None if drop_seed is None else _int(env, "CLIPFLOW_PS_DROP_SEED", "an integer"),
             malloc_tune=bool(malloc_tune),
+            shm=bool(shm),
+            shm_min_bytes=shm_min,
         )
 
 

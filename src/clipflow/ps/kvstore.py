@@ -11,7 +11,8 @@ A KVStore is used from one thread. Values are float32 on the wire; other
 floating dtypes are converted, tensors on other devices are copied through the
 CPU. Keys bigger than MXNET_KVSTORE_BIGARRAY_BOUND elements are split over all
 servers. ``push`` returns once its data is queued; a later ``pull``/``push`` of
-the same key, ``barrier`` and ``close`` wait for it.
+the same key, ``barrier`` and ``close`` wait for it. Parts held by a server on the
+same machine travel through shared memory (:mod:`clipflow.ps.shm`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from clipflow.ps.optimizer import KeySet
 from clipflow.ps.optimizer import create as create_optimizer
 from clipflow.ps.placement import Part, Placement
 from clipflow.ps.reliable import ACK, Outbox
+from clipflow.ps.shm import Region, available, machine_id
 from clipflow.ps.transport import Channel, Dropper, connect, drop_seed, make_socket
 from clipflow.ps.wire import Message, Op
 
@@ -78,6 +80,10 @@ class KVStore:
         self._servers: list[Channel] = []
         self._by_socket: dict[zmq.Socket, tuple[int, Channel]] = {}
         self._poller = zmq.Poller()
+        here = machine_id() if cfg.shm and available() else ""
+        # servers on this machine (same advertised host, same boot id): parts go through shared memory
+        self._local = {a.rank for a in welcome.servers if here and a.machine == here and a.host == cfg.node_host}
+        self._regions: dict[tuple[int, int], Region] = {}  # (key, server) -> region shared with that server
         for addr in sorted(welcome.servers, key=lambda s: s.rank):
             sock = make_socket(link.ctx, zmq.DEALER, f"{link.uid}/d{addr.rank}".encode(), link.keys)
             connect(sock, addr.host, addr.port)
@@ -152,6 +158,7 @@ class KVStore:
             if self.rank == 0:
                 seqs += [self._send(p.server, Op.INIT, k, flat[p.start : p.stop]) for p in parts]
         self._collect(seqs)
+        self._attach([k for k, _, _ in prepared])
         self.barrier()
 
     def push(self, key: int, value: TensorOrList) -> None:
@@ -458,11 +465,42 @@ class KVStore:
         fields: dict[str, object] = {"sync": self._sync}
         if self._optimizer is not None and key in self._optimizer_keys:
             fields["lr"] = self._optimizer["learning_rate"]
-        data: torch.Tensor | np.ndarray = flat[part.start : part.stop]
+        data: torch.Tensor | np.ndarray | None = flat[part.start : part.stop]
+        region = self._regions.get((key, part.server)) if part.server in self._local else None
         if self._compression is not None and key in self._compression_keys:
             data, extra = self._compression.compress(key, info.numel, part.start, flat[part.start : part.stop].numpy())
             fields.update(extra)
+        elif region is not None:
+            np.copyto(region.array, flat[part.start : part.stop].numpy())
+            data, fields["shm"] = None, True
         return self._send(part.server, op, key, data, **fields)
+
+    def _attach(self, keys: Sequence[int]) -> None:
+        """Share a region with each server on this machine for this worker's big enough parts of ``keys``.
+
+        The files are unlinked once the servers answered (mapped or not); a server that cannot map
+        them is used over TCP from then on. See :mod:`clipflow.ps.shm`.
+        """
+        wanted = [
+            (k, p)
+            for k in keys
+            for p in self._keys[k].parts
+            if p.server in self._local and p.size * 4 >= self._cfg.shm_min_bytes
+        ]
+        made: list[Region] = []
+        seqs = []
+        try:
+            for k, p in wanted:
+                made.append(Region.create(f"{self._link.uid}-k{k}-s{p.server}", p.size))
+                self._regions[(k, p.server)] = made[-1]
+                seqs.append(self._send(p.server, Op.SHM_ATTACH, k, name=made[-1].name, numel=p.size))
+            self._collect(seqs)
+        except (OSError, ClipflowError) as exc:
+            self._log.error(f"shared memory with the servers on this machine failed ({exc}); using TCP instead")
+            self._local.clear()
+        finally:
+            for region in made:
+                region.unlink()
 
     def _set_mult(self, name: str, mults: Mapping[int, float]) -> None:
         self._check_open()
@@ -528,9 +566,11 @@ class KVStore:
         replies = self._collect(list(seqs))
         for seq, (target, part) in seqs.items():
             msg = replies[seq]
-            if msg.op != Op.VALUE or len(msg.arrays) != 1 or msg.arrays[0].size != part.size:
+            region = self._regions.get((msg.get("key"), part.server)) if msg.get("shm") else None
+            data = region.array if region is not None else (msg.arrays[0] if len(msg.arrays) == 1 else None)
+            if msg.op != Op.VALUE or data is None or data.size != part.size:
                 raise ClipflowError(f"server {part.server} sent a bad {msg.op} reply")
-            target.write(part, msg.arrays[0])
+            target.write(part, data)
         for target in {id(t): t for t, _ in seqs.values()}.values():
             target.finish()
 

@@ -24,6 +24,7 @@ from clipflow.ps.env import PSConfig
 from clipflow.ps.heartbeat import Heartbeat, exit_process
 from clipflow.ps.log import Log
 from clipflow.ps.security import keys_for, start_authenticator, stop_authenticator
+from clipflow.ps.shm import machine_id
 from clipflow.ps.transport import Channel, connect, make_context, make_socket
 from clipflow.ps.wire import Message, Op, WireError
 
@@ -48,6 +49,7 @@ class ServerAddress:
     rank: int
     host: str
     port: int
+    machine: str = ""  # the server's boot id (clipflow.ps.shm.machine_id)
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,7 @@ class Welcome:
     @classmethod
     def from_message(cls, msg: Message) -> Welcome:
         try:
-            servers = tuple(ServerAddress(int(r), str(h), int(p)) for r, h, p in msg["servers"])
+            servers = tuple(ServerAddress(int(r), str(h), int(p), str(m)) for r, h, p, m in msg["servers"])
             return cls(int(msg["rank"]), int(msg["num_server"]), int(msg["num_worker"]), servers)
         except (TypeError, ValueError) as exc:
             raise WireError(f"bad welcome: {exc}") from None
@@ -72,7 +74,7 @@ class Welcome:
             "rank": self.rank,
             "num_server": self.num_server,
             "num_worker": self.num_worker,
-            "servers": [[s.rank, s.host, s.port] for s in self.servers],
+            "servers": [[s.rank, s.host, s.port, s.machine] for s in self.servers],
         }
 
 
@@ -103,7 +105,7 @@ class NodeLink:
         deadline = time.monotonic() + cfg.startup_timeout
         registered = False
         sent_at = 0.0
-        fields = {"role": self.role, "host": cfg.node_host, "port": port, "rank": cfg.rank}
+        fields = {"role": self.role, "host": cfg.node_host, "port": port, "rank": cfg.rank, "machine": machine_id()}
         while True:
             self.check_abort()
             remaining = deadline - time.monotonic()

@@ -23,6 +23,7 @@ class Node:
     last_seen: float
     rank: int | None = None
     done: bool = False
+    machine: str = ""
 
     def describe(self) -> str:
         if self.rank is not None:
@@ -40,7 +41,9 @@ class Registry:
         self._nodes: dict[str, Node] = {}
         self.ranked = False
 
-    def add(self, uid: str, role: str, host: str, port: int | None, requested: int | None, now: float) -> Node:
+    def add(
+        self, uid: str, role: str, host: str, port: int | None, requested: int | None, now: float, machine: str = ""
+    ) -> Node:
         """Register a node (idempotent per uid); RegistryError for a bad or surplus one."""
         known = self._nodes.get(uid)
         if known is not None:
@@ -65,7 +68,7 @@ class Registry:
                         f"two {role}s requested DMLC_RANK={requested} (on {other.host} and {host}); "
                         f"each {role} needs its own rank in 0..{count - 1}"
                     )
-        node = Node(uid, role, host, port, requested, now)
+        node = Node(uid, role, host, port, requested, now, machine=machine)
         self._nodes[uid] = node
         return node
 

@@ -149,7 +149,13 @@ class Scheduler:
             port = msg.get("port")
             rank = msg.get("rank")
             self.registry.add(
-                uid, role, host, None if port is None else int(port), None if rank is None else int(rank), now
+                uid,
+                role,
+                host,
+                None if port is None else int(port),
+                None if rank is None else int(rank),
+                now,
+                machine=str(msg.get("machine") or ""),
             )
         except (TypeError, ValueError) as exc:
             raise _Abort(f"bad registration from {role} on {host}: {exc}", also=uid) from None
@@ -168,7 +174,7 @@ class Scheduler:
                 self._welcome_one(node, self._server_table())
 
     def _server_table(self) -> tuple[ServerAddress, ...]:
-        return tuple(ServerAddress(n.rank or 0, n.host, n.port or 0) for n in self.registry.servers())
+        return tuple(ServerAddress(n.rank or 0, n.host, n.port or 0, n.machine) for n in self.registry.servers())
 
     def _welcome(self) -> None:
         self.registry.assign_ranks()

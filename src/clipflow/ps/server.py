@@ -4,6 +4,8 @@ Every request passes :class:`clipflow.ps.reliable.Dedup` first, so a repeated
 request (PS_RESEND=1) is never applied twice; every reply is recorded there. With
 CURVE security the ROUTER is a CURVE server whose clients the link's ZAP
 authenticator checks. CLIPFLOW_PS_DROP_PERCENT drops received requests on purpose.
+Workers on the same machine may pass their arrays through shared memory
+(:class:`clipflow.ps.shm.ServerRegions` rewrites those requests and replies).
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from clipflow.ps.exitcodes import ABORTED
 from clipflow.ps.log import Log, print_abort
 from clipflow.ps.node import NodeLink
 from clipflow.ps.reliable import Dedup
+from clipflow.ps.shm import ServerRegions
 from clipflow.ps.signals import Terminated, sigterm_raises
-from clipflow.ps.store import KeyValueStore, Updater
+from clipflow.ps.store import KeyValueStore, Reply, Updater
 from clipflow.ps.transport import Channel, Dropper, bind_random, drop_seed, make_socket
-from clipflow.ps.wire import Op
+from clipflow.ps.wire import Message, Op, WireError
 
 POLL_MS = 100
 BATCH = 256  # requests handled before looking at the control socket again
@@ -61,6 +64,7 @@ def _serve(link: NodeLink, data: Channel, store: KeyValueStore, dedup: Dedup, lo
     poller.register(data.sock, zmq.POLLIN)
     poller.register(link.ctrl.sock, zmq.POLLIN)
     peers: set[bytes] = set()
+    regions = ServerRegions()
     while True:
         link.check_abort()
         events = dict(poller.poll(POLL_MS))
@@ -77,7 +81,7 @@ def _serve(link: NodeLink, data: Channel, store: KeyValueStore, dedup: Dedup, lo
                     for answer in answers:
                         data.try_send(answer, peer)
                     if fresh:
-                        for to, reply in store.handle(peer, msg):
+                        for to, reply in _handle(store, regions, peer, msg):
                             dedup.answered(to, reply)
                             data.try_send(reply, to)
                 if not data.sock.poll(0):
@@ -96,3 +100,14 @@ def _serve(link: NodeLink, data: Channel, store: KeyValueStore, dedup: Dedup, lo
                 print_abort(str(msg.get("reason", "the scheduler aborted the job")))
                 return ABORTED
             log.info(f"ignoring unexpected {msg.op} from the scheduler")
+
+
+def _handle(store: KeyValueStore, regions: ServerRegions, peer: bytes, msg: Message) -> list[Reply]:
+    """One new request: shared-memory set-up here, the rest by the store (arrays in and out via regions)."""
+    try:
+        if msg.op == Op.SHM_ATTACH:
+            return [(peer, regions.attach(peer, msg))]
+        msg = regions.inbound(peer, msg)
+    except WireError as exc:
+        return [(peer, Message(Op.ERROR, {"seq": msg.get("seq"), "reason": f"server {store.server_rank}: {exc}"}))]
+    return [(to, regions.outbound(to, reply)) for to, reply in store.handle(peer, msg)]

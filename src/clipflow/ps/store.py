@@ -53,6 +53,7 @@ class _Round:
     """Pushes to one key in the current dist_sync round."""
 
     merged: np.ndarray | None = None
+    owned: bool = False  # False while ``merged`` is still the first push's own (read-only or shared) buffer
     ranks: set[int] = field(default_factory=set)
     lrs: dict[int, Any] = field(default_factory=dict)  # rank -> the learning rate its push carried
     waiting: list[tuple[bytes, Message]] = field(default_factory=list)
@@ -158,8 +159,12 @@ class KeyValueStore:
         round_ = self.rounds.setdefault(key, _Round())
         if rank in round_.ranks:
             raise WireError(f"worker {rank} pushed key {key} twice in one round")
+        # The first push is kept as it came (its frame, or its worker's shared-memory region, which that
+        # worker does not touch before this round's reply); the second one sums both into a new array.
         if round_.merged is None:
-            round_.merged = np.array(value, copy=True)
+            round_.merged = value
+        elif not round_.owned:
+            round_.merged, round_.owned = np.add(round_.merged, value), True
         else:
             round_.merged += value
         round_.ranks.add(rank)
@@ -168,6 +173,8 @@ class KeyValueStore:
         if len(round_.ranks) < self.num_worker:
             return []
         del self.rounds[key]
+        if not round_.owned:  # a single worker: its buffer may be reused once it has the reply
+            round_.merged = np.array(round_.merged, copy=True)
         # every worker should carry the same schedule; the lowest rank's learning rate is the round's
         self.values[key] = self._update(key, round_.merged, stored, round_.lrs[min(round_.lrs)])
         return [(p, self._reply(key, m)) for p, m in round_.waiting]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import ipaddress
 import random
 import sys
 
@@ -98,8 +99,15 @@ def endpoint(host: str, port: int) -> str:
 
 
 def bind_host(advertised: str) -> str:
-    """Interface to bind: loopback stays on loopback, anything else listens on all interfaces."""
-    return "127.0.0.1" if is_loopback(advertised) else "*"
+    """Interface to bind: a loopback address stays on that address (127.0.0.2 is one too), a loopback
+    name on 127.0.0.1; anything else listens on all interfaces."""
+    if not is_loopback(advertised):
+        return "*"
+    try:
+        address = ipaddress.ip_address(advertised)
+    except ValueError:
+        return "127.0.0.1"
+    return str(address) if address.version == 4 else "127.0.0.1"
 
 
 def bind(sock: zmq.Socket, host: str, port: int) -> None:

@@ -51,6 +51,8 @@ class Op:
     SET_MULT = "set_mult"
     GET_STATES = "get_states"
     SET_STATES = "set_states"
+    # worker -> server on the same machine: map a shared-memory region, see clipflow.ps.shm
+    SHM_ATTACH = "shm_attach"
 
 
 class WireError(ValueError):
