@@ -5,9 +5,10 @@ One run, all on 127.0.0.1 (and 127.0.0.2), each figure in its own processes:
 * clipflow dist_sync pushpull of one 25M-element float32 key (100 MB), 2 workers:
   ``tcp_1server`` and ``tcp_2servers`` with shared memory off (every byte through
   loopback TCP; with 2 servers the key is split over both, MXNET_KVSTORE_BIGARRAY_BOUND
-  at its default); ``2hosts_beside``: two hosts' worth of roles, worker r and server r
-  advertising 127.0.0.<r+1>, so each worker reaches the server beside it through shared
-  memory and the other one over TCP (the launcher's default placement on 2 machines);
+  at its default); ``2hosts_1server`` and ``2hosts_2servers``: two hosts' worth of roles,
+  worker r and server r advertising 127.0.0.<r+1>, so a worker reaches the server beside
+  it through shared memory and the other one over TCP (with 2 servers, the launcher's
+  default placement on 2 machines);
   ``1host_shm``: everything on one host, shared memory on;
 * torch.distributed gloo ``all_reduce`` of the same tensor, 2 processes;
 * raw zmq: one process sends the 100 MB to another and gets it back (no PS logic),
@@ -84,8 +85,8 @@ def timings(out: str) -> list[float]:
 
 def clipflow(num_server: int, args: argparse.Namespace, layout: str) -> list[float]:
     """One clipflow job; ``layout``: ``tcp`` (one host, shared memory off), ``shm`` (one host, on) or
-    ``2hosts`` (worker r and server r advertise 127.0.0.<r+1>: two machines' worth of roles, where each
-    worker reaches the server beside it through shared memory and the other one over TCP)."""
+    ``2hosts`` (worker r and server r advertise 127.0.0.<r+1>: two machines' worth of roles, where a
+    worker reaches a server beside it through shared memory and the others over TCP)."""
     base = child_env(
         DMLC_PS_ROOT_URI="127.0.0.1",
         DMLC_PS_ROOT_PORT=str(free_port()),
@@ -233,7 +234,8 @@ def main() -> None:
         "gloo_allreduce": lambda: gloo(args),
         "clipflow_tcp_1server": lambda: clipflow(1, args, "tcp"),
         "clipflow_tcp_2servers": lambda: clipflow(2, args, "tcp"),
-        "clipflow_2hosts_beside": lambda: clipflow(2, args, "2hosts"),
+        "clipflow_2hosts_1server": lambda: clipflow(1, args, "2hosts"),
+        "clipflow_2hosts_2servers": lambda: clipflow(2, args, "2hosts"),
         "clipflow_1host_shm": lambda: clipflow(2, args, "shm"),
     }
     # every job runs once per repeat, in turn, so a slow spell on a shared machine hits them all alike

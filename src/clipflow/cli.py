@@ -27,19 +27,145 @@ def _json(text: str) -> dict:
 # -- cluster -----------------------------------------------------------------------------------
 
 
+def _hosts(a: argparse.Namespace) -> list:
+    """Hosts from --hosts-file, else --hosts (comma-separated), else the Slurm allocation (slurm launcher)."""
+    from clipflow.cluster.hostsfile import hosts_from_config, read_hosts_file
+
+    if getattr(a, "hosts_file", None):
+        return read_hosts_file(a.hosts_file)
+    if getattr(a, "hosts", None):
+        return hosts_from_config([h.strip() for h in a.hosts.split(",") if h.strip()])
+    if getattr(a, "launcher", "") == "local":
+        return hosts_from_config(["localhost"])
+    if getattr(a, "launcher", "") == "slurm":
+        from clipflow.cluster.hostsfile import Host
+        from clipflow.cluster.slurm import allocation_from_env
+
+        return [Host(node) for node in allocation_from_env(os.environ).nodes]
+    raise ClipflowError("no hosts: give --hosts-file FILE or --hosts a,b,c")
+
+
+def _ssh_settings(a: argparse.Namespace):
+    from clipflow.cluster.ssh import SshSettings
+
+    return SshSettings(Path(os.path.expanduser(a.ssh_key)), Path(a.known_hosts), accept_new=not a.refuse_new_host_keys)
+
+
 def cmd_cluster_plan(a: argparse.Namespace) -> int:
     from clipflow.cluster.plan import check_ports, make_plan
 
     keys_dir = Path(a.out).parent / "ps_keys"
-    plan = make_plan(a.launcher, a.hosts.split(","), a.num_workers, a.num_servers, a.root_port, a.heartbeat_timeout,
-                     a.security, keys_dir)  # fmt: skip
+    ssh = {}
+    if a.launcher == "ssh":
+        ssh = {
+            "ssh_key": str(Path(os.path.expanduser(a.ssh_key)).absolute()),
+            "known_hosts": str(Path(a.known_hosts).absolute()),
+            "python": a.python or sys.executable,
+            "workdir": a.workdir or os.getcwd(),
+        }
+    plan = make_plan(a.launcher, _hosts(a), a.num_workers, a.num_servers, a.root_port, a.heartbeat_timeout,
+                     a.security, keys_dir, a.placement, ssh)  # fmt: skip
     check_ports(plan)
     plan.write(a.out)
     for r in plan.roles:
-        print(f"{r.role:9} {r.rank:3} on {r.host}")
+        print(f"{r.role:9} {r.rank:3} on {r.host} ({r.address})")
     print(f"scheduler at {plan.root_uri}:{plan.root_port}; plan written to {a.out}")
     print(f"parameter-server security: {plan.security}" + (f" (keys in {plan.keys_dir})" if plan.keys_dir else ""))
     return 0
+
+
+def cmd_cluster_keys(a: argparse.Namespace) -> int:
+    from clipflow.cluster.keys import authorize, ensure_local_key
+
+    settings = _ssh_settings(a)
+    report: dict[str, object] = {"local": ensure_local_key(settings.key, a.key_type), "hosts": {}}
+    for change in report["local"]:  # type: ignore[union-attr]
+        print(f"clipflow cluster: here: {change}")
+    for host in _hosts(a):
+        changes = authorize(host, settings)
+        report["hosts"][str(host)] = changes  # type: ignore[index]
+        print(f"clipflow cluster: {host}: " + ("; ".join(changes) if changes else "nothing to change"))
+    report["pinned"] = settings.pinned
+    if a.out:
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+def cmd_cluster_check(a: argparse.Namespace) -> int:
+    from clipflow.cluster.checks import check_host, failure_message, format_table, write_checks
+    from clipflow.cluster.hostsfile import parse_host
+    from clipflow.cluster.plan import Plan
+    from clipflow.cluster.ssh import SshSettings
+
+    plan = Plan.read(a.plan)
+    settings = SshSettings(Path(plan.ssh_key), Path(plan.known_hosts))
+    paths = [str(Path(p).absolute()) for p in a.path]
+    checks = []
+    for text in plan.hosts:
+        host = parse_host(text, f"{a.plan} hosts")
+        name = str(host.__class__(host.host, host.user, host.port))
+        ports = [plan.root_port] if plan.roles[0].host == name else []
+        checks.append(check_host(host, settings, plan.python, paths, ports, plan.workdir, a.min_free_gb))
+    print(format_table(checks))
+    write_checks(checks, a.out)
+    problem = failure_message(checks)
+    if problem:
+        raise ClipflowError(problem)
+    return 0
+
+
+def cmd_cluster_sync(a: argparse.Namespace) -> int:
+    from clipflow.cluster.hostsfile import parse_host
+    from clipflow.cluster.plan import Plan
+    from clipflow.cluster.ssh import SshSettings
+    from clipflow.cluster.sync import sync_host
+
+    plan = Plan.read(a.plan)
+    settings = SshSettings(Path(plan.ssh_key), Path(plan.known_hosts))
+    for text in plan.hosts:
+        host = parse_host(text, f"{a.plan} hosts")
+        sync_host(Path(a.src).absolute(), host, a.dst, settings)
+        print(f"clipflow cluster: {host}: {a.src} synced to {a.dst}")
+    if a.stamp:
+        Path(a.stamp).write_text("\n".join(plan.hosts) + "\n")
+    return 0
+
+
+def _env_pairs(items: list[str]) -> dict[str, str]:
+    env = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.isidentifier():
+            raise ClipflowError(f"--env {item!r}: expected NAME=VALUE with NAME a variable name")
+        env[name] = value
+    return env
+
+
+def cmd_launch(a: argparse.Namespace) -> int:
+    """MXNet launch.py's job: start a scheduler, servers and workers running the command."""
+    from clipflow.cluster.plan import check_ports, make_plan
+    from clipflow.cluster.sync import sync_host
+    from clipflow.train.launcher import Launcher
+    from clipflow.train.roles import role_commands
+
+    command = a.command[1:] if a.command[:1] == ["--"] else a.command
+    if not command:
+        raise ClipflowError("no command to launch: clipflow launch -n 2 -H hosts -- python train.py ...")
+    a.launcher = a.launcher or ("ssh" if a.hosts_file else "local")
+    settings = _ssh_settings(a)
+    ssh = {}
+    if a.launcher == "ssh":
+        ssh = {"ssh_key": str(settings.key.absolute()), "known_hosts": str(settings.known_hosts.absolute()),
+               "python": a.python or sys.executable, "workdir": a.sync_dst_dir or os.getcwd()}  # fmt: skip
+    hosts = _hosts(a)
+    plan = make_plan(a.launcher, hosts, a.num_workers, a.num_servers or a.num_workers, a.port, a.heartbeat_timeout,
+                     a.security, Path(a.log_dir) / "ps_keys", a.placement, ssh)  # fmt: skip
+    check_ports(plan)
+    if a.sync_dst_dir and a.launcher == "ssh":
+        for host in hosts:
+            sync_host(Path.cwd(), host, a.sync_dst_dir, settings)
+    return Launcher(role_commands(plan, command, _env_pairs(a.env)), a.log_dir, grace_s=a.grace).run()
 
 
 # -- data --------------------------------------------------------------------------------------
@@ -105,6 +231,10 @@ def _add_worker_args(p: argparse.ArgumentParser) -> None:
 
 
 def _worker_argv(a: argparse.Namespace) -> list[str]:
+    """The worker's arguments; paths absolute, so a role on another host (shared storage) finds them."""
+    for name in ("recipe", "splits_dir", "root", "checkpoint_root", "model_out", "metrics_out"):
+        if name != "recipe" or Path(a.recipe).exists():  # a recipe may also be a name
+            setattr(a, name, str(Path(getattr(a, name)).absolute()))
     return [
         "--recipe",
         a.recipe,
@@ -141,7 +271,9 @@ def cmd_train_launch(a: argparse.Namespace) -> int:
     load_recipe(a.recipe, _json(a.overrides))  # fail here, once, rather than in every worker
     plan = Plan.read(a.plan)
     check_ports(plan)
-    code = Launcher(role_commands(plan, _worker_argv(a)), a.log_dir, grace_s=a.grace).run()
+    python = plan.python or sys.executable
+    worker = [python, "-m", "clipflow", "train", "worker", *_worker_argv(a)]
+    code = Launcher(role_commands(plan, worker), a.log_dir, grace_s=a.grace).run()
     if code:
         print(
             f"clipflow: error: training failed (exit {code}); rerun to resume from the last checkpoint", file=sys.stderr
@@ -156,7 +288,9 @@ def cmd_train_worker(a: argparse.Namespace) -> int:
     from clipflow.recipe import load_recipe
     from clipflow.train.trainer import PSSettings, Trainer, WorkerPaths
 
-    torch.set_num_threads(int(os.environ.get("CLIPFLOW_TORCH_THREADS", "1")))
+    threads = os.environ.get("CLIPFLOW_TORCH_THREADS")  # else this host's cores shared by its workers
+    workers_here = max(1, int(os.environ.get("CLIPFLOW_WORKERS_ON_HOST", "1")))
+    torch.set_num_threads(int(threads) if threads else max(1, (os.cpu_count() or 1) // workers_here))
     recipe = load_recipe(a.recipe, _json(a.overrides))
     paths = WorkerPaths(
         Path(a.splits_dir), Path(a.root), Path(a.checkpoint_root), Path(a.model_out), Path(a.metrics_out)
@@ -210,26 +344,77 @@ def cmd_models(a: argparse.Namespace) -> int:
     return 0
 
 
+def _host_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--hosts", default="", help="comma-separated [user@]host[:port]")
+    p.add_argument("--hosts-file", default="", help="one [user@]host[:port] [slots=N] a line")
+
+
+def _ssh_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ssh-key", default="~/.ssh/id_ed25519", help="the job's ssh key (made when missing)")
+    p.add_argument("--known-hosts", default=".clipflow/known_hosts", help="the project's pinned host keys")
+    p.add_argument("--refuse-new-host-keys", action="store_true", help="refuse hosts not in --known-hosts yet")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="clipflow", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     cluster = sub.add_parser("cluster", help="cluster preparation").add_subparsers(dest="action", required=True)
     p = cluster.add_parser("plan", help="place roles on hosts and check the ports")
-    p.add_argument("--launcher", default="local", choices=["local"])
-    p.add_argument("--hosts", default="localhost", help="comma-separated host names")
+    p.add_argument("--launcher", default="local", choices=["local", "ssh", "slurm"])
+    _host_args(p)
     p.add_argument("--num-workers", type=int, default=2)
     p.add_argument("--num-servers", type=int, default=1)
     p.add_argument("--root-port", type=int, default=9091)
     p.add_argument("--heartbeat-timeout", type=float, default=30.0)
+    p.add_argument("--placement", default="beside", choices=["beside", "cycle"])
     p.add_argument(
         "--security",
         default="auto",
         choices=["auto", "curve", "none"],
         help="CURVE on every PS socket; auto: whenever the scheduler is not on loopback",
     )
+    _ssh_args(p)
+    p.add_argument("--python", default="", help="ssh: the Python the roles run with on the hosts (default: this one)")
+    p.add_argument("--workdir", default="", help="ssh: the roles' working folder on the hosts (default: this one)")
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_cluster_plan)
+    p = cluster.add_parser("keys", help="make the job's ssh key and authorise it on every host")
+    _host_args(p)
+    _ssh_args(p)
+    p.add_argument("--key-type", default="ed25519", choices=["ed25519", "rsa"])
+    p.add_argument("--out", default="", help="JSON report of what changed")
+    p.set_defaults(func=cmd_cluster_keys)
+    p = cluster.add_parser("check", help="check every host of a plan: ssh, versions, paths, ports, disk")
+    p.add_argument("--plan", required=True)
+    p.add_argument("--path", action="append", default=[], help="a path the run reads (repeat)")
+    p.add_argument("--min-free-gb", type=float, default=1.0)
+    p.add_argument("--out", required=True, help="the checks as JSON")
+    p.set_defaults(func=cmd_cluster_check)
+    p = cluster.add_parser("sync", help="rsync the working folder to every host of a plan")
+    p.add_argument("--plan", required=True)
+    p.add_argument("--src", default=".")
+    p.add_argument("--dst", required=True)
+    p.add_argument("--stamp", default="", help="file written when every host is synced")
+    p.set_defaults(func=cmd_cluster_sync)
+
+    p = sub.add_parser("launch", help="MXNet launch.py's flags: scheduler, servers and workers running a command")
+    p.add_argument("-n", "--num-workers", type=int, required=True)
+    p.add_argument("-s", "--num-servers", type=int, default=0, help="default: as many as workers")
+    p.add_argument("-H", "--hostfile", dest="hosts_file", default="", help="[user@]host[:port] [slots=N] a line")
+    p.add_argument("--launcher", choices=["local", "ssh", "slurm"], default="", help="default: ssh with -H, else local")
+    p.add_argument("--sync-dst-dir", default="", help="ssh: rsync this folder there first and run there")
+    p.add_argument("--env", action="append", default=[], help="NAME=VALUE for every role (repeat)")
+    p.add_argument("--placement", default="beside", choices=["beside", "cycle"])
+    p.add_argument("--port", type=int, default=9091, help="the scheduler's port")
+    p.add_argument("--heartbeat-timeout", type=float, default=30.0)
+    p.add_argument("--security", default="auto", choices=["auto", "curve", "none"])
+    p.add_argument("--python", default="", help="ssh: the Python on the hosts (default: this one)")
+    p.add_argument("--log-dir", default="logs/launch")
+    p.add_argument("--grace", type=float, default=10.0)
+    _ssh_args(p)
+    p.add_argument("command", nargs=argparse.REMAINDER, help="the workers' command")
+    p.set_defaults(func=cmd_launch, hosts="")
 
     data = sub.add_parser("data", help="data sets").add_subparsers(dest="action", required=True)
     p = data.add_parser("synth", help="generate the synthetic motion set")

@@ -1,5 +1,6 @@
-# Stage 1, cluster: place the roles on the hosts and check the scheduler's port.
-# Host names and ports change the plan but never retrain: train reads the plan as ancient().
+# Stage 1, cluster: place the roles on the hosts; with the ssh launcher also authorise the
+# job's key on every host, check every host, and sync the working folder.
+# Host names and ports change the plan but never retrain: train reads these outputs as ancient().
 
 
 rule cluster_plan:
@@ -7,17 +8,73 @@ rule cluster_plan:
         f"{RESULTS}/cluster/plan.json",
     params:
         launcher=CLUSTER["launcher"],
-        hosts=",".join(CLUSTER["hosts"]),
+        hosts=hosts_arg(),
+        ssh=ssh_args(),
         workers=NUM_WORKERS,
         servers=CLUSTER["num_servers"],
         port=CLUSTER["root_port"],
         timeout=CLUSTER["heartbeat_timeout"],
         security=CLUSTER["security"],
+        placement=CLUSTER["placement"],
+        python=CLUSTER["python"],
+        workdir=CLUSTER["sync_dst_dir"],
     log:
         f"{LOGS}/cluster_plan.log",
     conda:
         "../../environment.yml"
     shell:
-        "python -m clipflow cluster plan --launcher {params.launcher} --hosts {params.hosts:q}"
+        "python -m clipflow cluster plan --launcher {params.launcher} {params.hosts} {params.ssh}"
         " --num-workers {params.workers} --num-servers {params.servers} --root-port {params.port}"
-        " --heartbeat-timeout {params.timeout} --security {params.security} --out {output:q} > {log:q} 2>&1"
+        " --heartbeat-timeout {params.timeout} --security {params.security} --placement {params.placement}"
+        " --python={params.python:q} --workdir={params.workdir:q} --out {output:q} > {log:q} 2>&1"
+
+
+rule cluster_keys:
+    output:
+        f"{RESULTS}/cluster/keys.json",
+    params:
+        hosts=hosts_arg(),
+        ssh=ssh_args(),
+        key_type=CLUSTER["ssh_key_type"],
+    log:
+        f"{LOGS}/cluster_keys.log",
+    conda:
+        "../../environment.yml"
+    shell:
+        "python -m clipflow cluster keys {params.hosts} {params.ssh} --key-type {params.key_type}"
+        " --out {output:q} 2>&1 | tee {log:q}"
+
+
+rule cluster_check:
+    input:
+        plan=f"{RESULTS}/cluster/plan.json",
+        authorised=f"{RESULTS}/cluster/keys.json",
+    output:
+        f"{RESULTS}/cluster/checks.json",
+    params:
+        paths=lambda wildcards: " ".join(f"--path {shlex.quote(p)}" for p in [DATA_ROOT]),
+        min_free=CLUSTER["min_free_gb"],
+    log:
+        f"{LOGS}/cluster_check.log",
+    conda:
+        "../../environment.yml"
+    shell:
+        "python -m clipflow cluster check --plan {input.plan:q} {params.paths} --min-free-gb {params.min_free}"
+        " --out {output:q} 2>&1 | tee {log:q}"
+
+
+rule cluster_sync:
+    input:
+        checks=f"{RESULTS}/cluster/checks.json",
+        plan=f"{RESULTS}/cluster/plan.json",
+    output:
+        f"{RESULTS}/cluster/synced.txt",
+    params:
+        dst=CLUSTER["sync_dst_dir"],
+    log:
+        f"{LOGS}/cluster_sync.log",
+    conda:
+        "../../environment.yml"
+    shell:
+        "python -m clipflow cluster sync --plan {input.plan:q} --dst {params.dst:q} --stamp {output:q}"
+        " 2>&1 | tee {log:q}"

@@ -1,6 +1,7 @@
 # Settings every rule file uses, derived once from the validated config and the recipe.
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -33,6 +34,28 @@ OVERRIDES = json.dumps(config["overrides"], sort_keys=True)
 
 
 SCAN_LOG = f"logs/data/scan_{DATA_DIR.replace(os.sep, '_')}.log"
+
+
+def hosts_arg():
+    """The plan's hosts: the hosts file, else the inline list (quoted for the shell)."""
+    if CLUSTER["hosts_file"]:
+        return f"--hosts-file {shlex.quote(CLUSTER['hosts_file'])}"
+    return f"--hosts {shlex.quote(','.join(CLUSTER['hosts']))}"
+
+
+def ssh_args():
+    refuse = "" if CLUSTER["accept_new_host_keys"] else " --refuse-new-host-keys"
+    return f"--ssh-key {shlex.quote(CLUSTER['ssh_key'])} --known-hosts {shlex.quote(CLUSTER['known_hosts'])}{refuse}"
+
+
+def cluster_ready():
+    """What train waits for: the plan; with ssh also the host checks and, with sync_dst_dir, the sync."""
+    ready = [f"{RESULTS}/cluster/plan.json"]
+    if CLUSTER["launcher"] == "ssh":
+        ready.append(f"{RESULTS}/cluster/checks.json")
+        if CLUSTER["sync_dst_dir"]:
+            ready.append(f"{RESULTS}/cluster/synced.txt")
+    return ready
 
 
 def final_outputs():

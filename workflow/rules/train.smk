@@ -6,6 +6,7 @@
 rule train:
     input:
         plan=ancient(f"{RESULTS}/cluster/plan.json"),
+        cluster=[ancient(path) for path in cluster_ready()[1:]],
         splits=rules.splits.output,
         recipe=RECIPE_FILE,
     output:

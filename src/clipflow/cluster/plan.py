@@ -1,29 +1,36 @@
 """The cluster plan: which role runs on which host, and on which port the scheduler listens.
 
-Placement: the scheduler on the first host, one worker per host in turn, servers
-beside the workers in turn. The plan is a JSON file that the launcher reads.
+Placement ``beside`` (the default): the scheduler on the first host, workers over the
+hosts in turn (a host with ``slots=N`` takes N turns), servers over the hosts in turn,
+so each host runs a server beside its worker. ``cycle`` is MXNet launch.py's: servers
+first, then workers, each on the next host in a cycle. The plan is a JSON file that
+the launcher reads; hosts are written as ``[user@]host[:port]``.
 """
 
 from __future__ import annotations
 
 import json
 import socket
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from clipflow.cluster.hostsfile import Host
 from clipflow.cluster.ports import port_free
 from clipflow.errors import ClipflowError
 from clipflow.ps.env import is_loopback
 from clipflow.ps.security import make_keys
 
 LOCAL_NAMES = {"localhost", "127.0.0.1", "::1"}
+LAUNCHERS = ("local", "ssh", "slurm")
+PLACEMENTS = ("beside", "cycle")
 
 
 @dataclass(frozen=True)
 class Role:
     role: str  # scheduler | server | worker
     rank: int
-    host: str
+    host: str  # [user@]host[:port]
+    address: str = "127.0.0.1"  # the IP address the role advertises to the others (DMLC_NODE_HOST)
 
 
 @dataclass
@@ -38,6 +45,11 @@ class Plan:
     roles: list[Role] = field(default_factory=list)
     security: str = "none"  # curve or none, for every parameter-server socket
     keys_dir: str = ""  # the CURVE key folder (made by the cluster stage) when security is curve
+    placement: str = "beside"
+    ssh_key: str = ""  # ssh launcher: the job's key, the pinned host keys, the remote Python and working dir
+    known_hosts: str = ""
+    python: str = ""
+    workdir: str = ""
 
     def write(self, path: str | Path) -> None:
         path = Path(path)
@@ -55,39 +67,72 @@ class Plan:
             raise ClipflowError(f"cluster plan {path} cannot be read ({exc}); rerun the cluster stage") from None
 
 
+def place(
+    hosts: list[Host], num_workers: int, num_servers: int, placement: str = "beside"
+) -> list[tuple[str, int, Host]]:
+    """(role, rank, host) for the scheduler, the servers and the workers."""
+    if placement not in PLACEMENTS:
+        raise ClipflowError(f"cluster.placement must be one of {', '.join(PLACEMENTS)}, not {placement!r}")
+    roles = [("scheduler", 0, hosts[0])]
+    if placement == "cycle":
+        order = [("server", r) for r in range(num_servers)] + [("worker", r) for r in range(num_workers)]
+        return roles + [(role, rank, hosts[i % len(hosts)]) for i, (role, rank) in enumerate(order)]
+    turns = [h for h in hosts for _ in range(h.slots)]
+    roles += [("server", r, hosts[r % len(hosts)]) for r in range(num_servers)]
+    roles += [("worker", r, turns[r % len(turns)]) for r in range(num_workers)]
+    return roles
+
+
+def address_of(host: Host) -> str:
+    """The IPv4/IPv6 address others reach ``host`` at (loopback names: 127.0.0.1)."""
+    if host.host in LOCAL_NAMES:
+        return "127.0.0.1"
+    try:
+        return socket.getaddrinfo(host.host, host.port, proto=socket.IPPROTO_TCP)[0][4][0]
+    except OSError as exc:
+        raise ClipflowError(f"cannot resolve host {host.host!r} ({exc}); check the hosts file or DNS") from None
+
+
 def make_plan(
     launcher: str,
-    hosts: list[str],
+    hosts: list[Host],
     num_workers: int,
     num_servers: int,
     root_port: int,
     heartbeat_timeout: float,
     security: str = "auto",
     keys_dir: str | Path = "",
+    placement: str = "beside",
+    ssh: dict[str, str] | None = None,
 ) -> Plan:
     """With security `auto`, CURVE whenever the scheduler is not on loopback; with CURVE the job's
-    keys are made in keys_dir (kept when already there)."""
+    keys are made in keys_dir (kept when already there). ``ssh``: ssh_key, known_hosts, python and
+    workdir for the ssh launcher."""
+    if launcher not in LAUNCHERS:
+        raise ClipflowError(f"cluster.launcher must be one of {', '.join(LAUNCHERS)}, not {launcher!r}")
     if not hosts:
         raise ClipflowError("cluster.hosts is empty: name at least one host")
-    if launcher == "local" and any(h not in LOCAL_NAMES for h in hosts):
+    if launcher == "local" and any(h.host not in LOCAL_NAMES for h in hosts):
         raise ClipflowError(
-            f"the local launcher runs every role on this machine, but cluster.hosts names {hosts}; "
-            "use hosts: [localhost]"
+            f"the local launcher runs every role on this machine, but cluster.hosts names "
+            f"{[str(h) for h in hosts]}; use hosts: [localhost], or launcher: ssh"
         )
-    roles = [Role("scheduler", 0, hosts[0])]
-    roles += [Role("server", r, hosts[r % len(hosts)]) for r in range(num_servers)]
-    roles += [Role("worker", r, hosts[r % len(hosts)]) for r in range(num_workers)]
-    root_uri = "127.0.0.1" if hosts[0] in LOCAL_NAMES else socket.gethostbyname(hosts[0])
+    addresses = {h: address_of(h) for h in hosts}
+    roles = [
+        Role(role, rank, str(replace(h, slots=1)), addresses[h])
+        for role, rank, h in place(hosts, num_workers, num_servers, placement)
+    ]
+    root_uri = roles[0].address
     if security not in ("auto", "curve", "none"):
         raise ClipflowError(f"cluster.security must be auto, curve or none, not {security!r}")
     if security == "auto":
         security = "none" if is_loopback(root_uri) else "curve"
     if security == "curve" and not keys_dir:
         raise ClipflowError("CURVE security needs a folder for the job's keys")
-    keys = str(make_keys(keys_dir)) if security == "curve" else ""
+    keys = str(Path(make_keys(keys_dir)).resolve()) if security == "curve" else ""
     return Plan(
         launcher,
-        hosts,
+        [str(h) for h in hosts],
         root_uri,
         root_port,
         num_workers,
@@ -96,12 +141,14 @@ def make_plan(
         roles,
         security,
         keys,
+        placement,
+        **(ssh or {}),
     )
 
 
 def check_ports(plan: Plan) -> None:
     """The scheduler's port must be free where it will listen (local hosts only, for now)."""
-    if plan.roles[0].host in LOCAL_NAMES and not port_free(plan.root_port):
+    if plan.launcher == "local" and not port_free(plan.root_port):
         raise ClipflowError(
             f"port {plan.root_port} on {plan.roles[0].host} is in use (another clipflow run?); "
             "stop that process or set cluster.root_port to a free port"

@@ -25,6 +25,7 @@ from clipflow.ps.exitcodes import ABORTED
 
 POLL_S = 0.1
 SETTLE_S = 3.0  # after an echo of a failure, how long to wait for the process that caused it
+SSH_FAILED = 255  # the OpenSSH client's own failure
 
 
 @dataclass
@@ -32,6 +33,7 @@ class RoleCommand:
     role: Role
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    stdin: bytes | None = None  # written to the process's stdin, which then stays open until teardown (ssh roles)
 
     @property
     def tag(self) -> str:
@@ -42,7 +44,9 @@ class RoleCommand:
         return f"{self.role.role}-{self.role.rank}.log"
 
 
-def describe_exit(code: int) -> str:
+def describe_exit(code: int, cmd: RoleCommand | None = None) -> str:
+    if code == SSH_FAILED and cmd is not None and cmd.argv[:1] == ["ssh"]:
+        return f"exit code {code}: the ssh connection to {cmd.role.host} failed or was lost"
     if code < 0:
         try:
             return f"killed by signal {signal.Signals(-code).name}"
@@ -63,17 +67,20 @@ class Launcher:
         self.procs: list[subprocess.Popen] = []
         self.readers: list[threading.Thread] = []
         self.stop_signal: int | None = None
+        self.last_lines: dict[int, str] = {}  # process index -> its last non-empty output line
 
     def say(self, text: str) -> None:
         with self.lock:
             print(text, file=self.console, flush=True)
 
-    def _pump(self, cmd: RoleCommand, proc: subprocess.Popen) -> None:
+    def _pump(self, index: int, cmd: RoleCommand, proc: subprocess.Popen) -> None:
         with open(self.log_dir / cmd.log_name, "w", encoding="utf-8", errors="replace") as log:
             for raw in proc.stdout:  # type: ignore[union-attr]
                 line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
                 log.write(line + "\n")
                 log.flush()
+                if line.strip():
+                    self.last_lines[index] = line.strip()
                 self.say(f"[{cmd.tag}] {line}")
 
     def _start(self, cmd: RoleCommand) -> None:
@@ -81,13 +88,16 @@ class Launcher:
         proc = subprocess.Popen(
             cmd.argv,
             env=env,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL if cmd.stdin is None else subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        if cmd.stdin is not None:
+            proc.stdin.write(cmd.stdin)  # type: ignore[union-attr]
+            proc.stdin.flush()  # type: ignore[union-attr]
         self.procs.append(proc)
-        reader = threading.Thread(target=self._pump, args=(cmd, proc), daemon=True)
+        reader = threading.Thread(target=self._pump, args=(len(self.procs) - 1, cmd, proc), daemon=True)
         reader.start()
         self.readers.append(reader)
 
@@ -97,6 +107,12 @@ class Launcher:
     def _terminate_all(self) -> int:
         """SIGTERM every live process group, SIGKILL after the grace period; returns how many were running."""
         live = [p for p in self.procs if p.poll() is None]
+        for p in self.procs:  # a remote role ends when its stdin closes (clipflow.cluster.remote_exec)
+            if p.stdin is not None:
+                try:
+                    p.stdin.close()
+                except OSError:
+                    pass
         for sig in (signal.SIGTERM, signal.SIGKILL):
             for p in live:
                 try:
@@ -160,10 +176,12 @@ class Launcher:
             return 128 + self.stop_signal
         if failure:
             cmd, code = failure
+            last = self.last_lines.get(self.commands.index(cmd))
             self.say(
                 f"clipflow launch: {cmd.role.role} {cmd.role.rank} on {cmd.role.host} failed "
-                f"({describe_exit(code)}); stopped the {stopped} other running processes in {teardown_s:.1f} s. "
-                f"Its log: {self.log_dir / cmd.log_name}"
+                f"({describe_exit(code, cmd)}); stopped the {stopped} other running processes in {teardown_s:.1f} s. "
+                + (f"Its last line: {last!r}. " if last else "")
+                + f"Its log: {self.log_dir / cmd.log_name}"
             )
             return code if code > 0 else 128 - code
         return 0

@@ -2,47 +2,88 @@
 
 Roles find each other through the variables MXNet users know (DMLC_*); the
 environment is built here from an explicit list, never inherited piecemeal.
+
+* ``local``: the role's process runs here with that environment.
+* ``ssh``: the OpenSSH client runs ``python -m clipflow.cluster.remote_exec`` on the
+  role's host; the role's argv, environment and working directory go to it as one
+  JSON line on stdin (never on a command line, so secrets stay out of ``ps``), and
+  closing that stdin ends the role (:mod:`clipflow.cluster.remote_exec`).
+* ``slurm``: one ``srun`` step per role on its node; the environment travels with
+  ``--export=ALL`` (:mod:`clipflow.cluster.slurm`).
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
-from clipflow.cluster.plan import Plan
+from clipflow.cluster.hostsfile import parse_host
+from clipflow.cluster.plan import Plan, Role
+from clipflow.cluster.remote_exec import request_line
+from clipflow.cluster.slurm import srun_argv
+from clipflow.cluster.ssh import SshSettings, ssh_argv
 from clipflow.train.launcher import RoleCommand
 
 
-def ps_environment(plan: Plan, role: str, rank: int) -> dict[str, str]:
+def ps_environment(plan: Plan, role: Role) -> dict[str, str]:
     security = {"CLIPFLOW_PS_SECURITY": plan.security}
     if plan.keys_dir:
         security["CLIPFLOW_PS_KEYS"] = plan.keys_dir
     return {
         **security,
-        "DMLC_ROLE": role,
+        "DMLC_ROLE": role.role,
         "DMLC_PS_ROOT_URI": plan.root_uri,
         "DMLC_PS_ROOT_PORT": str(plan.root_port),
         "DMLC_NUM_SERVER": str(plan.num_servers),
         "DMLC_NUM_WORKER": str(plan.num_workers),
-        "DMLC_RANK": str(rank),
+        "DMLC_RANK": str(role.rank),
+        "DMLC_NODE_HOST": role.address,
         "CLIPFLOW_HEARTBEAT_TIMEOUT": str(plan.heartbeat_timeout),
     }
 
 
-def role_commands(plan: Plan, worker_args: list[str]) -> list[RoleCommand]:
-    """Scheduler and servers run `clipflow ps role`; workers run `clipflow train worker` with worker_args."""
-    python = [sys.executable, "-m", "clipflow"]
+def role_commands(
+    plan: Plan, worker_argv: Sequence[str], extra_env: Mapping[str, str] | None = None
+) -> list[RoleCommand]:
+    """Scheduler and servers run `clipflow ps role`; workers run ``worker_argv`` (a full command line).
+
+    ``extra_env`` (the launcher's ``--env K=V``) is added to every role's environment.
+    """
+    python = plan.python or sys.executable
     per_host: dict[str, int] = {}
     for r in plan.roles:
         if r.role == "worker":
             per_host[r.host] = per_host.get(r.host, 0) + 1
     commands = []
     for r in plan.roles:
-        env = ps_environment(plan, r.role, r.rank)
+        env = {**ps_environment(plan, r), **(extra_env or {})}
         if r.role == "worker":
-            threads = max(1, (os.cpu_count() or 1) // per_host[r.host])
-            env["CLIPFLOW_TORCH_THREADS"] = str(threads)
-            commands.append(RoleCommand(r, [*python, "train", "worker", *worker_args], env))
+            env["CLIPFLOW_WORKERS_ON_HOST"] = str(per_host[r.host])  # the worker divides its host's cores
+            argv = list(worker_argv)
         else:
-            commands.append(RoleCommand(r, [*python, "ps", "role"], env))
+            argv = [python, "-m", "clipflow", "ps", "role"]
+        commands.append(_wrap(plan, r, argv, env, python))
     return commands
+
+
+def _wrap(plan: Plan, role: Role, argv: list[str], env: dict[str, str], python: str) -> RoleCommand:
+    if plan.launcher == "ssh":
+        settings = SshSettings(Path(plan.ssh_key), Path(plan.known_hosts))
+        workdir = _remote_dir(plan.workdir or os.getcwd())
+        remote = f"cd {workdir} && exec {shlex.quote(python)} -m clipflow.cluster.remote_exec"
+        host = parse_host(role.host, f"the plan's host of {role.role} {role.rank}")
+        return RoleCommand(role, ssh_argv(host, settings, remote), {}, stdin=request_line(argv, env, None))
+    if plan.launcher == "slurm":
+        return RoleCommand(role, srun_argv(parse_host(role.host, "the plan").host, argv), env)
+    return RoleCommand(role, argv, env)
+
+
+def _remote_dir(path: str) -> str:
+    """``path`` quoted for the remote shell; a leading ``~/`` stays the remote user's home."""
+    if path == "~" or path.startswith("~/"):
+        rest = path[2:]
+        return '"$HOME"' + (f"/{shlex.quote(rest)}" if rest else "")
+    return shlex.quote(path)

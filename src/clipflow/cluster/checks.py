@@ -1,0 +1,147 @@
+"""Host checks before a run: ssh, versions, data path, ports, free disk; a table and a JSON file.
+
+Each host is asked once, through one ssh session, to run a small probe with the
+Python the roles will use (``cluster.python``). A host fails when:
+
+* ssh does not work with the job's key (the message gives the ``ssh -vvv`` command);
+* its Python, torch or clipflow version differs from the launching node's;
+* a path the run reads (the data root, the split lists) does not exist there;
+* a port a role must listen on is taken;
+* it has less free disk than ``cluster.min_free_gb`` where the run writes.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import shlex
+from dataclasses import asdict, dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from clipflow.cluster.hostsfile import Host
+from clipflow.cluster.ssh import SshSettings, connect
+from clipflow.errors import ClipflowError
+
+PROBE = """
+import json, os, platform, shutil, socket, sys
+want = json.loads(sys.argv[1])
+out = {"python": platform.python_version()}
+for name in ("torch", "clipflow"):
+    try:
+        from importlib.metadata import version
+        out[name] = version(name)
+    except Exception as exc:
+        out[name] = "missing (%s)" % type(exc).__name__
+out["paths"] = {p: os.path.exists(p) for p in want["paths"]}
+ports = {}
+for port in want["ports"]:
+    s = socket.socket()
+    try:
+        s.bind(("", port)); ports[str(port)] = True
+    except OSError:
+        ports[str(port)] = False
+    finally:
+        s.close()
+out["ports"] = ports
+where = os.path.expanduser(want["disk"] or "~")
+while not os.path.exists(where):
+    where = os.path.dirname(where) or "/"
+out["free_gb"] = round(shutil.disk_usage(where).free / 1e9, 1)
+print("CLIPFLOW_PROBE " + json.dumps(out))
+"""
+
+
+@dataclass
+class HostCheck:
+    host: str
+    ok: bool = True
+    problems: list[str] = field(default_factory=list)
+    facts: dict[str, object] = field(default_factory=dict)
+
+    def fail(self, problem: str) -> None:
+        self.ok = False
+        self.problems.append(problem)
+
+
+def local_versions() -> dict[str, str]:
+    found = {"python": platform.python_version()}
+    for name in ("torch", "clipflow"):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = "missing"
+    return found
+
+
+def check_host(
+    host: Host,
+    settings: SshSettings,
+    python: str,
+    paths: list[str],
+    ports: list[int],
+    disk_path: str = "",
+    min_free_gb: float = 1.0,
+) -> HostCheck:
+    """Run the probe on ``host``; every problem is recorded (none raised)."""
+    check = HostCheck(str(host))
+    try:
+        with connect(host, settings) as conn:
+            want = json.dumps({"paths": paths, "ports": ports, "disk": disk_path})
+            cmd = shlex.join([python, "-c", PROBE, want])
+            result = conn.run(cmd, hide=True, warn=True, in_stream=False, timeout=60)
+    except ClipflowError as exc:
+        check.fail(f"ssh: {exc}")
+        return check
+    line = next((x for x in result.stdout.splitlines() if x.startswith("CLIPFLOW_PROBE ")), None)
+    if line is None:
+        err = (result.stderr.strip().splitlines() or [f"exit status {result.exited}"])[-1]
+        check.fail(f"cannot run {python} there ({err}); set cluster.python to the Python the roles should use")
+        return check
+    facts = json.loads(line.removeprefix("CLIPFLOW_PROBE "))
+    check.facts = facts
+    for name, here in local_versions().items():
+        if facts.get(name) != here:
+            check.fail(f"{name} {facts.get(name)} there, {here} on the launching node")
+    for path, exists in facts["paths"].items():
+        if not exists:
+            check.fail(f"{path} does not exist there")
+    for port, free in facts["ports"].items():
+        if not free:
+            check.fail(f"port {port} is in use there")
+    if facts["free_gb"] < min_free_gb:
+        check.fail(f"only {facts['free_gb']} GB free at {disk_path or '~'} (cluster.min_free_gb: {min_free_gb})")
+    return check
+
+
+def format_table(checks: list[HostCheck]) -> str:
+    rows = [("host", "ok", "python", "torch", "clipflow", "free GB", "problems")]
+    for c in checks:
+        f = c.facts
+        rows.append(
+            (
+                c.host,
+                "yes" if c.ok else "NO",
+                str(f.get("python", "-")),
+                str(f.get("torch", "-")),
+                str(f.get("clipflow", "-")),
+                str(f.get("free_gb", "-")),
+                "; ".join(c.problems) or "-",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=False)) + "  " + r[-1] for r in rows)
+
+
+def write_checks(checks: list[HostCheck], path: str | Path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {"ok": all(c.ok for c in checks), "launcher": local_versions(), "hosts": [asdict(c) for c in checks]}
+    path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def failure_message(checks: list[HostCheck]) -> str | None:
+    bad = [c for c in checks if not c.ok]
+    if not bad:
+        return None
+    return "host checks failed: " + " | ".join(f"{c.host}: {'; '.join(c.problems)}" for c in bad)

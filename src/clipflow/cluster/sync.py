@@ -1,0 +1,64 @@
+"""rsync of the working directory to ``cluster.sync_dst_dir`` on every host, errors checked.
+
+Results, logs, Snakemake's state, local clipflow state and virtual environments stay
+behind (each host has its own environment; the host checks compare its versions).
+rsync runs over the OpenSSH client with the job's key and the pinned host keys.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from pathlib import Path
+
+from clipflow.cluster.hostsfile import Host
+from clipflow.cluster.ssh import SshSettings, ssh_options
+from clipflow.errors import ClipflowError
+
+EXCLUDES = (
+    "/results/",
+    "/logs/",
+    "/.snakemake/",
+    "/.clipflow/",
+    ".venv/",
+    "venv/",
+    "__pycache__/",
+    "*.egg-info/",
+    ".pytest_cache/",
+    ".ruff_cache/",
+)
+
+
+def rsync_argv(src: Path, host: Host, dst: str, settings: SshSettings) -> list[str]:
+    """rsync -a of ``src``'s contents into ``dst`` on ``host`` (dst's parent must exist there)."""
+    shell = shlex.join(["ssh", *ssh_options(host, settings)])
+    excludes = [f"--exclude={pattern}" for pattern in EXCLUDES]
+    target = f"{host.target}:{dst.rstrip('/')}/"
+    return ["rsync", "-a", "--protect-args", *excludes, "-e", shell, f"{str(src).rstrip('/')}/", target]
+
+
+def sync_host(src: Path, host: Host, dst: str, settings: SshSettings, timeout_s: float = 600) -> None:
+    """Copy the working directory to one host; ClipflowError naming the host and the cause on failure."""
+    if not dst or not dst.startswith(("/", "~")):
+        raise ClipflowError(f"cluster.sync_dst_dir must be an absolute path (or start with ~/), got {dst!r}")
+    if dst.startswith("~/"):
+        dst = dst[2:]  # rsync paths are relative to the remote home
+    argv = rsync_argv(src, host, dst, settings)
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except FileNotFoundError:
+        raise ClipflowError("rsync is not installed on the launching node (Debian: apt install rsync)") from None
+    except subprocess.TimeoutExpired:
+        raise ClipflowError(f"{host}: rsync to {dst} did not finish within {timeout_s:g} s") from None
+    if done.returncode == 0:
+        return
+    err = done.stderr.strip()
+    if "command not found" in err or done.returncode == 127:
+        why = "rsync is not installed there (Debian: apt install rsync)"
+    elif "No such file or directory" in err and "mkdir" in err:
+        why = f"the parent folder of {dst} does not exist there; create it or change cluster.sync_dst_dir"
+    elif done.returncode == 255:
+        why = "ssh failed: " + (err.splitlines() or ["no message"])[-1]
+    else:
+        why = (err.splitlines() or [f"exit status {done.returncode}"])[-1]
+    raise ClipflowError(f"{host}: rsync of {src} to {dst} failed (exit {done.returncode}): {why}")

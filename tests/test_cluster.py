@@ -1,0 +1,168 @@
+"""Cluster preparation on the launching node: placement, the job's key, the launch command, rsync's options.
+
+What needs real remote hosts (key distribution, host keys, checks, the ssh launcher)
+is in tests/test_cluster_hosts.py, on sshd hosts in network namespaces.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import python_env
+
+from clipflow.cluster.hostsfile import Host, hosts_from_config
+from clipflow.cluster.keys import ensure_local_key, public_key
+from clipflow.cluster.plan import make_plan, place
+from clipflow.cluster.ssh import SshSettings, ssh_options
+from clipflow.cluster.sync import EXCLUDES, rsync_argv
+from clipflow.errors import ClipflowError
+
+
+def clipflow(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "clipflow", *args], env=python_env(), capture_output=True, text=True, timeout=120,
+        cwd=cwd,
+    )  # fmt: skip
+
+
+def _placed(hosts: list[Host], workers: int, servers: int, how: str) -> list[tuple[str, int, str]]:
+    return [(role, rank, h.host) for role, rank, h in place(hosts, workers, servers, how)]
+
+
+def test_beside_puts_a_server_beside_each_worker_and_honours_slots() -> None:
+    hosts = hosts_from_config(["a", "b slots=2", "c"])
+    assert _placed(hosts, 4, 3, "beside") == [
+        ("scheduler", 0, "a"),
+        ("server", 0, "a"),
+        ("server", 1, "b"),
+        ("server", 2, "c"),
+        ("worker", 0, "a"),
+        ("worker", 1, "b"),
+        ("worker", 2, "b"),
+        ("worker", 3, "c"),
+    ]
+
+
+def test_cycle_is_mxnet_launch_order() -> None:
+    hosts = hosts_from_config(["a", "b", "c"])
+    assert _placed(hosts, 2, 2, "cycle") == [
+        ("scheduler", 0, "a"),
+        ("server", 0, "a"),
+        ("server", 1, "b"),
+        ("worker", 0, "c"),
+        ("worker", 1, "a"),
+    ]
+    with pytest.raises(ClipflowError, match="cluster.placement must be one of beside, cycle, not 'random'"):
+        place(hosts, 1, 1, "random")
+
+
+def test_plan_records_each_roles_address_and_refuses_unknown_hosts(tmp_path: Path) -> None:
+    plan = make_plan("ssh", hosts_from_config(["root@127.0.0.1:2222", "localhost"]), 2, 2, 9100, 30, "none")
+    assert [(r.role, r.host, r.address) for r in plan.roles][:3] == [
+        ("scheduler", "root@127.0.0.1:2222", "127.0.0.1"),
+        ("server", "root@127.0.0.1:2222", "127.0.0.1"),
+        ("server", "localhost", "127.0.0.1"),
+    ]
+    with pytest.raises(ClipflowError, match="cannot resolve host 'no-such-host.invalid'"):
+        make_plan("ssh", hosts_from_config(["no-such-host.invalid"]), 1, 1, 9100, 30, "none")
+    with pytest.raises(ClipflowError, match="the local launcher runs every role on this machine"):
+        make_plan("local", hosts_from_config(["10.0.0.1"]), 1, 1, 9100, 30, "none")
+
+
+def test_a_key_is_made_when_there_is_none_and_too_open_modes_are_fixed(tmp_path: Path) -> None:
+    key = tmp_path / "home" / ".ssh" / "id_ed25519"
+    made = ensure_local_key(key)
+    assert made == [f"created {key.parent} (700)", f"made a new ed25519 key pair {key} (+ .pub)"]
+    assert stat.S_IMODE(key.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    assert public_key(key).startswith("ssh-ed25519 ")
+    assert ensure_local_key(key) == []  # a second run changes nothing
+    key.chmod(0o644)
+    key.parent.chmod(0o755)
+    fixed = ensure_local_key(key)
+    assert fixed == [
+        f"{key.parent} had mode 755: now 700",
+        f"{key} had mode 644, which ssh refuses ('permissions are too open'): now 600",
+    ]
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+
+
+def test_rsa_on_request_and_bad_keys_are_named(tmp_path: Path) -> None:
+    rsa = tmp_path / "rsa" / "id_rsa"
+    ensure_local_key(rsa, "rsa")
+    assert public_key(rsa).startswith("ssh-rsa ")
+    with pytest.raises(ClipflowError, match="cluster.ssh_key_type must be one of ed25519, rsa, not 'dsa'"):
+        ensure_local_key(tmp_path / "x", "dsa")
+    junk = tmp_path / "junk" / "id_ed25519"
+    junk.parent.mkdir(mode=0o700)
+    junk.write_text("not a key\n")
+    junk.chmod(0o600)
+    with pytest.raises(ClipflowError, match=f"{junk} is not a private key clipflow can use unattended"):
+        ensure_local_key(junk)
+    orphan = tmp_path / "orphan" / "id_ed25519"
+    orphan.parent.mkdir(mode=0o700)
+    orphan.with_name("id_ed25519.pub").write_text("ssh-ed25519 AAAA x\n")
+    with pytest.raises(ClipflowError, match="exists but its private key .* does not"):
+        ensure_local_key(orphan)
+
+
+def test_openssh_and_rsync_use_only_the_job_key_and_the_pinned_host_keys(tmp_path: Path) -> None:
+    settings = SshSettings(tmp_path / "id", tmp_path / "known_hosts")
+    opts = ssh_options(Host("h", "u", 2222), settings)
+    pairs = list(zip(opts, opts[1:], strict=False))
+    for pair in (("-p", "2222"), ("-i", str(tmp_path / "id")), ("-o", "StrictHostKeyChecking=yes")):
+        assert pair in pairs
+    assert f"UserKnownHostsFile={tmp_path / 'known_hosts'}" in opts and "IdentitiesOnly=yes" in opts
+    argv = rsync_argv(tmp_path, Host("h", "u"), "/srv/job", settings)
+    assert argv[-2:] == [f"{tmp_path}/", "u@h:/srv/job/"]
+    assert [a for a in argv if a.startswith("--exclude=")] == [f"--exclude={e}" for e in EXCLUDES]
+    assert {"/results/", "/logs/", "/.snakemake/", ".venv/"} <= set(EXCLUDES)
+
+
+def test_launch_runs_the_command_on_every_worker_with_the_env_given(tmp_path: Path) -> None:
+    code = (
+        "import os, sys; from clipflow.ps import KVStore; kv = KVStore.create('dist_sync'); "
+        "print('rank', kv.rank, 'of', kv.num_workers, os.environ['GREETING']); kv.close()"
+    )
+    done = clipflow(
+        "launch", "-n", "2", "-s", "1", "--port", str(_free_port()), "--env", "GREETING=hi there",
+        "--log-dir", str(tmp_path / "logs"), "--", sys.executable, "-c", code,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "[worker 0 localhost] rank 0 of 2 hi there" in done.stdout
+    assert "[worker 1 localhost] rank 1 of 2 hi there" in done.stdout
+    assert (tmp_path / "logs" / "worker-1.log").read_text().startswith("rank 1 of 2 hi there")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["-n", "1", "--env", "NOEQUALS", "--", "true"], "--env 'NOEQUALS': expected NAME=VALUE"),
+        (["-n", "1", "--env", "1X=2", "--", "true"], "--env '1X=2': expected NAME=VALUE"),
+        (["-n", "1"], "no command to launch"),
+        (["-n", "1", "-H", "/nonexistent/hosts", "--", "true"], "/nonexistent/hosts"),
+        (["-n", "1", "--launcher", "slurm", "--", "true"], "not inside a Slurm allocation"),
+    ],
+)
+def test_launch_refuses_bad_input_with_a_message(args: list[str], message: str, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "clipflow", "launch", "--log-dir", str(tmp_path), *args],
+        env={**python_env(), **{k: v for k, v in env.items() if k not in python_env()}},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert message in done.stderr
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
