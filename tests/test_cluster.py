@@ -166,3 +166,27 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_slurm_roles_start_with_srun_and_carry_their_values_in_the_environment(tmp_path: Path) -> None:
+    """No Slurm controller here: this checks the srun command lines and environments the launcher would run."""
+    from clipflow.cluster.slurm import allocation_from_env
+    from clipflow.train.roles import role_commands
+
+    alloc = allocation_from_env({"SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "gpu[01-02]", "SLURM_CPUS_ON_NODE": "8"})
+    hosts = [Host(node) for node in alloc.nodes]
+    plan = make_plan("slurm", hosts, 2, 2, 9100, 30, "curve", tmp_path / "keys")
+    commands = role_commands(plan, ["python", "train.py"], {"API_TOKEN": "s3cr3t"})
+    assert [(c.role.role, c.role.rank, c.argv[3]) for c in commands] == [
+        ("scheduler", 0, "--nodelist=gpu01"),
+        ("server", 0, "--nodelist=gpu01"),
+        ("server", 1, "--nodelist=gpu02"),
+        ("worker", 0, "--nodelist=gpu01"),
+        ("worker", 1, "--nodelist=gpu02"),
+    ]
+    worker = commands[-1]
+    assert worker.argv[0] == "srun" and "--export=ALL" in worker.argv and worker.argv[-2:] == ["python", "train.py"]
+    assert worker.env["DMLC_ROLE"] == "worker" and worker.env["DMLC_RANK"] == "1"
+    assert worker.env["API_TOKEN"] == "s3cr3t" and worker.env["CLIPFLOW_PS_SECURITY"] == "curve"
+    for command in commands:
+        assert not any("s3cr3t" in a or "DMLC_" in a for a in command.argv)  # values only in the environment

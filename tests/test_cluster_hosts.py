@@ -9,6 +9,7 @@ in order on the same hosts (module-scoped fixture).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -238,10 +239,12 @@ def _pids_left(ssh_hosts: NetnsHosts, timeout: float) -> dict[int, list[str]]:  
         time.sleep(0.5)
 
 
+SECRET = "s3cr3t-4f9a"
 LONG_JOB = (
-    "import time, torch; from clipflow.ps import KVStore\n"
+    "import hashlib, os, time, torch; from clipflow.ps import KVStore\n"
     "kv = KVStore.create('dist_sync'); kv.init(0, torch.zeros(1000)); g = torch.ones(1000)\n"
-    "print('worker', kv.rank, 'started', flush=True)\n"
+    "seen = hashlib.sha256(os.environ.get('TEST_SECRET', '').encode()).hexdigest()[:16]\n"
+    "print('worker', kv.rank, 'started; secret digest', seen, flush=True)\n"
     "end = time.time() + 120\n"
     "while time.time() < end:\n"
     "    kv.pushpull(0, g, g); g.fill_(1.0); time.sleep(0.05)\n"
@@ -249,14 +252,21 @@ LONG_JOB = (
 )
 
 
-def _launch(ssh_hosts: NetnsHosts, job: dict[str, str], log_dir: Path) -> subprocess.Popen:  # noqa: F811
+def _launch(
+    ssh_hosts: NetnsHosts,  # noqa: F811
+    job: dict[str, str],
+    log_dir: Path,
+    *extra: str,
+    cwd: Path | None = None,
+) -> subprocess.Popen:
     env = {**python_env(), "HOME": str(ssh_hosts.local_home), **ssh_hosts.agent_env}
     args = ["launch", "-n", "3", "-s", "3", "-H", job["hosts_file"], "--port", str(free_port()),
-            "--heartbeat-timeout", "6", "--grace", "5", "--log-dir", str(log_dir), *ssh_args(job),
+            "--heartbeat-timeout", "6", "--grace", "5", "--log-dir", str(log_dir), *ssh_args(job), *extra,
             "--", sys.executable, "-c", LONG_JOB]  # fmt: skip
     return subprocess.Popen(
-        [sys.executable, "-m", "clipflow", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+        [sys.executable, "-m", "clipflow", *args],
+        env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
 
 
 def _wait_started(proc: subprocess.Popen, log_dir: Path, timeout: float = 90) -> None:
@@ -298,9 +308,14 @@ def test_ctrl_c_on_the_launcher_ends_every_process_on_every_host(
 ) -> None:
     job = authorised
     log_dir = Path(job["work"]) / "ctrl-c"
-    proc = _launch(ssh_hosts, job, log_dir)
+    src = Path(job["work"]) / "launch-src"
+    src.mkdir()
+    (src / "train_me.py").write_text("print('synced')\n")
+    extra = ["--sync-dst-dir", "~/launch-job", "--env", f"TEST_SECRET={SECRET}"]
+    proc = _launch(ssh_hosts, job, log_dir.absolute(), *extra, cwd=src)
     try:
         _wait_started(proc, log_dir)
+        carriers = [p for p in _cmdlines_with(SECRET) if p != proc.pid]
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=40)
     finally:
@@ -309,6 +324,23 @@ def test_ctrl_c_on_the_launcher_ends_every_process_on_every_host(
     assert proc.returncode == 128 + signal.SIGINT, out
     assert "clipflow launch: got SIGINT; stopped 7 running processes" in out
     assert _pids_left(ssh_hosts, 30) == {}
+    assert carriers == []  # no ssh client, supervisor or role had the secret on its command line ...
+    for r, h in enumerate(ssh_hosts.hosts):
+        digest = hashlib.sha256(SECRET.encode()).hexdigest()[:16]
+        assert f"secret digest {digest}" in (log_dir / f"worker-{r}.log").read_text()  # ... but every worker got it
+        assert (h.home / "launch-job" / "train_me.py").read_text() == "print('synced')\n"
+
+
+def _cmdlines_with(text: str) -> list[int]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if text.encode() in (proc / "cmdline").read_bytes():
+                    found.append(int(proc.name))
+            except OSError:
+                continue
+    return found
 
 
 def test_the_tiny_recipe_trains_across_the_three_hosts_through_snakemake(
@@ -326,7 +358,6 @@ def test_the_tiny_recipe_trains_across_the_three_hosts_through_snakemake(
     (work / "profiles").symlink_to("workflow/profiles")
     cluster = {
         "launcher": "ssh",
-        "hosts_file": job["hosts_file"],
         "num_workers": 3,
         "num_servers": 3,
         "root_port": free_port(),
@@ -336,10 +367,11 @@ def test_the_tiny_recipe_trains_across_the_three_hosts_through_snakemake(
         "sync_dst_dir": "~/clipflow-job",
     }
     overrides = {**TINY["overrides"], "train": {**TINY["overrides"]["train"], "epochs": 2}}
-    (work / "hosts.yaml").write_text(json.dumps({**TINY, "overrides": overrides, "run": "hosts", "cluster": cluster}))
+    (work / "tiny.yaml").write_text(json.dumps({**TINY, "overrides": overrides, "run": "hosts", "cluster": cluster}))
     env = {**python_env(), "HOME": str(ssh_hosts.local_home), **ssh_hosts.agent_env}
     done = subprocess.run(
-        [sys.executable, "-m", "snakemake", "--cores", "1", "train_slowfast", "--configfile", "hosts.yaml"],
+        [sys.executable, "-m", "snakemake", "--cores", "1", "train_slowfast", "--configfile", "tiny.yaml",
+         "--config", f"cluster={{hosts_file: {job['hosts_file']}}}"],  # merged into the file's cluster
         cwd=work, env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]

@@ -117,7 +117,8 @@ def make_plan(
             f"the local launcher runs every role on this machine, but cluster.hosts names "
             f"{[str(h) for h in hosts]}; use hosts: [localhost], or launcher: ssh"
         )
-    addresses = {h: address_of(h) for h in hosts}
+    # Slurm node names resolve inside the allocation (maybe not where the plan is made): roles use them as they are
+    addresses = {h: h.host if launcher == "slurm" else address_of(h) for h in hosts}
     roles = [
         Role(role, rank, str(replace(h, slots=1)), addresses[h])
         for role, rank, h in place(hosts, num_workers, num_servers, placement)
