@@ -51,18 +51,24 @@ def _ssh_settings(a: argparse.Namespace):
     return SshSettings(Path(os.path.expanduser(a.ssh_key)), Path(a.known_hosts), accept_new=not a.refuse_new_host_keys)
 
 
+def _ssh_plan_fields(a: argparse.Namespace, workdir: str) -> dict[str, str]:
+    """The plan's ssh settings (absolute paths: the launcher may run from elsewhere); none for other launchers."""
+    if a.launcher != "ssh":
+        return {}
+    settings = _ssh_settings(a)
+    return {
+        "ssh_key": str(settings.key.absolute()),
+        "known_hosts": str(settings.known_hosts.absolute()),
+        "python": a.python or sys.executable,
+        "workdir": workdir or os.getcwd(),
+    }
+
+
 def cmd_cluster_plan(a: argparse.Namespace) -> int:
     from clipflow.cluster.plan import check_ports, make_plan
 
     keys_dir = Path(a.out).parent / "ps_keys"
-    ssh = {}
-    if a.launcher == "ssh":
-        ssh = {
-            "ssh_key": str(Path(os.path.expanduser(a.ssh_key)).absolute()),
-            "known_hosts": str(Path(a.known_hosts).absolute()),
-            "python": a.python or sys.executable,
-            "workdir": a.workdir or os.getcwd(),
-        }
+    ssh = _ssh_plan_fields(a, a.workdir)
     plan = make_plan(a.launcher, _hosts(a), a.num_workers, a.num_servers, a.root_port, a.heartbeat_timeout,
                      a.security, keys_dir, a.placement, ssh)  # fmt: skip
     check_ports(plan)
@@ -93,6 +99,8 @@ def cmd_cluster_keys(a: argparse.Namespace) -> int:
 
 
 def cmd_cluster_check(a: argparse.Namespace) -> int:
+    from dataclasses import replace
+
     from clipflow.cluster.checks import check_host, failure_message, format_table, write_checks
     from clipflow.cluster.hostsfile import parse_host
     from clipflow.cluster.plan import Plan
@@ -104,8 +112,7 @@ def cmd_cluster_check(a: argparse.Namespace) -> int:
     checks = []
     for text in plan.hosts:
         host = parse_host(text, f"{a.plan} hosts")
-        name = str(host.__class__(host.host, host.user, host.port))
-        ports = [plan.root_port] if plan.roles[0].host == name else []
+        ports = [plan.root_port] if plan.roles[0].host == str(replace(host, slots=1)) else []
         checks.append(check_host(host, settings, plan.python, paths, ports, plan.workdir, a.min_free_gb))
     print(format_table(checks))
     write_checks(checks, a.out)
@@ -154,10 +161,7 @@ def cmd_launch(a: argparse.Namespace) -> int:
         raise ClipflowError("no command to launch: clipflow launch -n 2 -H hosts -- python train.py ...")
     a.launcher = a.launcher or ("ssh" if a.hosts_file else "local")
     settings = _ssh_settings(a)
-    ssh = {}
-    if a.launcher == "ssh":
-        ssh = {"ssh_key": str(settings.key.absolute()), "known_hosts": str(settings.known_hosts.absolute()),
-               "python": a.python or sys.executable, "workdir": a.sync_dst_dir or os.getcwd()}  # fmt: skip
+    ssh = _ssh_plan_fields(a, a.sync_dst_dir)
     hosts = _hosts(a)
     plan = make_plan(a.launcher, hosts, a.num_workers, a.num_servers or a.num_workers, a.port, a.heartbeat_timeout,
                      a.security, Path(a.log_dir) / "ps_keys", a.placement, ssh)  # fmt: skip
