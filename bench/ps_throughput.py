@@ -210,6 +210,7 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=7)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=3, help="rounds over all the jobs (timed iterations pooled)")
+    parser.add_argument("--jobs", default="", help="comma-separated job names to run (default: all; gloo always)")
     parser.add_argument("--numel", type=int, default=NUMEL)
     parser.add_argument("--role", default="main")
     parser.add_argument("--rank", type=int, default=0)
@@ -238,6 +239,12 @@ def main() -> None:
         "clipflow_2hosts_2servers": lambda: clipflow(2, args, "2hosts"),
         "clipflow_1host_shm": lambda: clipflow(2, args, "shm"),
     }
+    if args.jobs:
+        wanted = {"gloo_allreduce", *args.jobs.split(",")}
+        unknown = wanted - set(jobs)
+        if unknown:
+            parser.error(f"unknown jobs {sorted(unknown)}; known: {', '.join(jobs)}")
+        jobs = {name: job for name, job in jobs.items() if name in wanted}
     # every job runs once per repeat, in turn, so a slow spell on a shared machine hits them all alike
     runs: dict[str, list[float]] = {name: [] for name in jobs}
     for _ in range(args.repeat):

@@ -86,6 +86,8 @@ def test_env_defaults_and_overrides() -> None:
         ({"PS_VERBOSE": "3"}, ["PS_VERBOSE"]),
         ({"CLIPFLOW_HEARTBEAT_TIMEOUT": "0.5"}, ["CLIPFLOW_HEARTBEAT_TIMEOUT", "CLIPFLOW_HEARTBEAT_INTERVAL"]),
         ({"CLIPFLOW_STARTUP_TIMEOUT": "-1"}, ["CLIPFLOW_STARTUP_TIMEOUT", "> 0"]),
+        ({"CLIPFLOW_PS_PIECE": "-5"}, ["CLIPFLOW_PS_PIECE", "elements per piece", "'-5'"]),
+        ({"CLIPFLOW_PS_PIECE": "big"}, ["CLIPFLOW_PS_PIECE", "(0: off)"]),
     ],
 )
 def test_env_errors_name_the_variable(change: dict[str, str | None], names: list[str]) -> None:
@@ -125,6 +127,11 @@ def test_split_sizes_are_even_and_contiguous() -> None:
     with pytest.raises(ValueError, match="key 7"):
         placement.place(7, 12)
     assert len(Placement(num_servers=4, bound=1).place(0, 2)) == 2  # empty parts are dropped
+    pieces = Placement(num_servers=2, bound=10, piece=6).place(1, 40)  # halves of 20, in pieces of at most 6
+    assert [(p.server, p.start, p.stop) for p in pieces] == [
+        (0, 0, 5), (0, 5, 10), (0, 10, 15), (0, 15, 20), (1, 20, 25), (1, 25, 30), (1, 30, 35), (1, 35, 40)
+    ]  # fmt: skip
+    assert len(Placement(num_servers=2, bound=10, piece=6).place(2, 10)) == 1  # not split: never cut
     assert len(Placement(num_servers=3, bound=5).place(8, 5)) == 1  # at the bound: whole
 
 

@@ -155,9 +155,9 @@ def test_store_optimizes_merged_rounds_and_dequantizes_pushes() -> None:
     # key 2 is outside the optimizer's keys: it still sums
     store.handle(b"w0", _msg(Op.PUSH, 2, 0, [w0], 6, sync=True, lr=0.25))
     store.handle(b"w1", _msg(Op.PUSH, 2, 1, [w0], 7, sync=True, lr=0.25))
-    np.testing.assert_array_equal(store.values[2], 2 * w0)
+    np.testing.assert_array_equal(store.values[(2, 0)], 2 * w0)
     states = store.handle(b"w0", Message(Op.GET_STATES, {"seq": 8}))[0][1]
-    assert states["keys"] == [1]
+    assert states["keys"] == [[1, 0]]  # [key, start]: a split key has one buffer per piece
     np.testing.assert_array_equal(states.arrays[0], expected.states[1])
     bad = store.handle(b"w0", _msg(Op.PUSH, 1, 0, [words[:0]], 9, sync=True, **fields))[0][1]
     assert bad.op == Op.ERROR and "words" in bad["reason"]
@@ -182,11 +182,15 @@ def run_job(tmp: Path, mode: str, scenario: str, num_server: int = 2, **env: str
 
 @pytest.fixture(scope="module")
 def sync_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, list[dict]]]:
-    """One dist_sync job per flavour (2 servers, keys over 50 elements split): every sync check's facts."""
+    """One dist_sync job per flavour (2 servers, keys over 50 elements split): every sync check's facts.
+
+    The Nesterov job also cuts each server's half of a split key into pieces of at most 16 elements
+    (CLIPFLOW_PS_PIECE), each a round and a momentum buffer of its own on its server.
+    """
     runs = {}
-    for name, nesterov in (("momentum", "0"), ("nesterov", "1")):
+    for name, nesterov, piece in (("momentum", "0", "0"), ("nesterov", "1", "16")):
         tmp = tmp_path_factory.mktemp(f"sync-{name}")
-        runs[name] = (tmp, run_job(tmp, "dist_sync", "sync", CLIPFLOW_TEST_NESTEROV=nesterov))
+        runs[name] = (tmp, run_job(tmp, "dist_sync", "sync", CLIPFLOW_TEST_NESTEROV=nesterov, CLIPFLOW_PS_PIECE=piece))
     return runs
 
 

@@ -91,9 +91,11 @@ def _two_hosts(cluster: Cluster, **server_env: str) -> list[Proc]:
     return [rounds(cluster, f"worker{r}", DMLC_RANK=str(r), DMLC_NODE_HOST=f"127.0.0.{r + 1}") for r in range(2)]
 
 
-@pytest.mark.parametrize("drop", ["0", "10"])
+# keys of 15 and 40 elements are split over both servers (8/7, 20/20); then the loads are 28 and 27 elements, so
+# key 2 (7) goes whole to server 1. With pieces of at most 6 elements, the halves are cut into 2 and 4 pieces.
+@pytest.mark.parametrize(("drop", "piece", "regions"), [("0", "0", [2, 3]), ("10", "0", [2, 3]), ("10", "6", [6, 7])])
 def test_each_worker_shares_memory_with_the_server_beside_it_only(
-    make_cluster: Callable[..., Cluster], drop: str
+    make_cluster: Callable[..., Cluster], drop: str, piece: str, regions: list[int]
 ) -> None:
     cluster = make_cluster(
         2,
@@ -104,6 +106,7 @@ def test_each_worker_shares_memory_with_the_server_beside_it_only(
         PS_RESEND_TIMEOUT="100",
         CLIPFLOW_PS_DROP_PERCENT=drop,
         CLIPFLOW_PS_DROP_SEED="5",
+        CLIPFLOW_PS_PIECE=piece,
     )
     workers = _two_hosts(cluster)
     cluster.wait_ok()  # every sum of ROUNDS rounds was exact (the helper checks with torch.equal)
@@ -111,8 +114,7 @@ def test_each_worker_shares_memory_with_the_server_beside_it_only(
         facts = worker.facts()
         assert facts["rounds"] == ROUNDS
         assert facts["shared_with"] == [r], facts
-        # keys 0 and 1 have a part on each server; then the loads are 28 and 27 elements, so key 2 goes to server 1
-        assert facts["regions"] == [2, 3][r], facts
+        assert facts["regions"] == regions[r], facts  # one per part (piece) on the server beside it
         assert facts["files_left"] == [], facts  # unlinked once the server mapped them
         if drop != "0":
             assert facts["dropped"] > 0 and facts["resent"] > 0, facts

@@ -23,6 +23,9 @@ Throughput (see :mod:`clipflow.ps.transport`)
     ``CLIPFLOW_PS_SHM`` = 1 (default) | 0: a worker and a server on the same machine pass
     arrays through shared memory instead of loopback TCP (see :mod:`clipflow.ps.shm`);
     ``CLIPFLOW_PS_SHM_MIN_BYTES`` (default 65536): smaller key parts keep using TCP.
+    ``CLIPFLOW_PS_PIECE`` (default 8,000,000 elements, 32 MB; 0: off): a key split over the servers
+    (over MXNET_KVSTORE_BIGARRAY_BOUND) travels in pieces of at most that many elements, each
+    summed and sent back by its server as soon as every worker's copy of it is in.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from clipflow.errors import ClipflowError
 
 ROLES = ("scheduler", "server", "worker")
 DEFAULT_BIGARRAY_BOUND = 1_000_000
+DEFAULT_PIECE = 8_000_000  # elements: 32 MB pieces (measured in bench/ps_throughput.py)
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 
 
@@ -66,6 +70,7 @@ class PSConfig:
     malloc_tune: bool = True
     shm: bool = True
     shm_min_bytes: int = 65536
+    piece: int = DEFAULT_PIECE
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> PSConfig:
@@ -114,6 +119,8 @@ class PSConfig:
         malloc_tune = _int(env, "CLIPFLOW_PS_MALLOC_TUNE", "1 (tune glibc malloc for large messages) or 0", 0, 1, 1)
         shm = _int(env, "CLIPFLOW_PS_SHM", "1 (shared memory between nodes on one machine) or 0", 0, 1, 1)
         shm_min = _int(env, "CLIPFLOW_PS_SHM_MIN_BYTES", "a number of bytes, an integer >= 0", low=0, default=65536)
+        piece = _int(env, "CLIPFLOW_PS_PIECE", "elements per piece of a split key, an integer >= 0 (0: off)", 0,
+                     default=DEFAULT_PIECE)  # fmt: skip
         return cls(
             role=role,
             root_uri=root_uri,
@@ -137,6 +144,7 @@ class PSConfig:
             malloc_tune=bool(malloc_tune),
             shm=bool(shm),
             shm_min_bytes=shm_min,
+            piece=piece,
         )
 
 

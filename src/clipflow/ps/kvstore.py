@@ -65,7 +65,7 @@ class KVStore:
         self._link = link
         self._welcome = welcome
         self._log = log
-        self._placement = Placement(welcome.num_server, cfg.bigarray_bound)
+        self._placement = Placement(welcome.num_server, cfg.bigarray_bound, cfg.piece)
         self._keys: dict[int, _KeyInfo] = {}
         self._seq = 0
         self._replies: dict[int, Message] = {}
@@ -83,7 +83,7 @@ class KVStore:
         here = machine_id() if cfg.shm and available() else ""
         # servers on this machine (same advertised host, same boot id): parts go through shared memory
         self._local = {a.rank for a in welcome.servers if here and a.machine == here and a.host == cfg.node_host}
-        self._regions: dict[tuple[int, int], Region] = {}  # (key, server) -> region shared with that server
+        self._regions: dict[tuple[int, int], Region] = {}  # (key, part start) -> region shared with its server
         for addr in sorted(welcome.servers, key=lambda s: s.rank):
             sock = make_socket(link.ctx, zmq.DEALER, f"{link.uid}/d{addr.rank}".encode(), link.keys)
             connect(sock, addr.host, addr.port)
@@ -156,7 +156,7 @@ class KVStore:
             parts = self._placement.place(k, flat.numel())
             self._keys[k] = _KeyInfo(shape, flat.numel(), parts)
             if self.rank == 0:
-                seqs += [self._send(p.server, Op.INIT, k, flat[p.start : p.stop]) for p in parts]
+                seqs += [self._send(p.server, Op.INIT, k, flat[p.start : p.stop], start=p.start) for p in parts]
         self._collect(seqs)
         self._attach([k for k, _, _ in prepared])
         self.barrier()
@@ -182,7 +182,7 @@ class KVStore:
         ]
         self._settle(key_list)
         seqs = {
-            self._send(p.server, Op.PULL, k): (target, p)
+            self._send(p.server, Op.PULL, k, start=p.start): (target, p)
             for k, info, target in zip(key_list, infos, targets, strict=True)
             for p in info.parts
         }
@@ -227,7 +227,10 @@ class KVStore:
             self._settle([key])
             if self.rank == 0:
                 self._collect(
-                    [self._send(p.server, Op.INIT, key, flat[p.start : p.stop], overwrite=True) for p in info.parts]
+                    [
+                        self._send(p.server, Op.INIT, key, flat[p.start : p.stop], overwrite=True, start=p.start)
+                        for p in info.parts
+                    ]
                 )
             self.barrier()
         self.pull(key, out)
@@ -335,16 +338,20 @@ class KVStore:
         self._settle(list(self._inflight))
         seqs = [self._send(s, Op.GET_STATES, -1) for s in range(self.num_servers)]
         replies = self._collect(seqs)
-        held: list[dict[int, np.ndarray]] = []
+        held: list[dict[tuple[int, int], np.ndarray]] = []  # per server: (key, part start) -> buffer
         for server, seq in enumerate(seqs):
             msg = replies[seq]
             keys = msg.get("keys")
-            if msg.op != Op.OK or not isinstance(keys, list) or len(keys) != len(msg.arrays):
+            try:
+                slots = [(int(k), int(start)) for k, start in keys]  # type: ignore[union-attr]
+            except (TypeError, ValueError):
+                slots = None
+            if msg.op != Op.OK or slots is None or len(slots) != len(msg.arrays):
                 raise ClipflowError(f"server {server} sent a bad {msg.op} reply to {Op.GET_STATES}")
-            held.append(dict(zip(keys, msg.arrays, strict=True)))
+            held.append(dict(zip(slots, msg.arrays, strict=True)))
         states: dict[int, torch.Tensor] = {}
         for key, info in self._keys.items():
-            pieces = [(p, held[p.server].get(key)) for p in info.parts]
+            pieces = [(p, held[p.server].get((key, p.start))) for p in info.parts]
             if all(a is None for _, a in pieces):
                 continue
             flat = np.zeros(info.numel, dtype=np.float32)  # a part never updated has a zero buffer
@@ -364,11 +371,11 @@ class KVStore:
         flats = {int(k): _flat32(int(k), v, self._info(int(k)).shape) for k, v in states.items()}
         self._settle(list(self._inflight))
         if self.rank == 0:
-            per_server: dict[int, tuple[list[int], list[np.ndarray]]] = {}
+            per_server: dict[int, tuple[list[list[int]], list[np.ndarray]]] = {}
             for key, flat in flats.items():
                 for part in self._keys[key].parts:
                     keys, arrays = per_server.setdefault(part.server, ([], []))
-                    keys.append(key)
+                    keys.append([key, part.start])
                     arrays.append(flat[part.start : part.stop].numpy())
             self._collect(
                 [self._send(s, Op.SET_STATES, -1, arrays, keys=keys) for s, (keys, arrays) in per_server.items()]
@@ -462,11 +469,11 @@ class KVStore:
     def _send_grad(self, op: str, key: int, info: _KeyInfo, part: Part, flat: torch.Tensor) -> int:
         """Send one part of a pushed value: 2-bit compressed where asked, with the learning rate where
         the servers optimize the key."""
-        fields: dict[str, object] = {"sync": self._sync}
+        fields: dict[str, object] = {"sync": self._sync, "start": part.start}
         if self._optimizer is not None and key in self._optimizer_keys:
             fields["lr"] = self._optimizer["learning_rate"]
         data: torch.Tensor | np.ndarray | None = flat[part.start : part.stop]
-        region = self._regions.get((key, part.server)) if part.server in self._local else None
+        region = self._regions.get((key, part.start)) if part.server in self._local else None
         if self._compression is not None and key in self._compression_keys:
             data, extra = self._compression.compress(key, info.numel, part.start, flat[part.start : part.stop].numpy())
             fields.update(extra)
@@ -491,9 +498,9 @@ class KVStore:
         seqs = []
         try:
             for k, p in wanted:
-                made.append(Region.create(f"{self._link.uid}-k{k}-s{p.server}", p.size))
-                self._regions[(k, p.server)] = made[-1]
-                seqs.append(self._send(p.server, Op.SHM_ATTACH, k, name=made[-1].name, numel=p.size))
+                made.append(Region.create(f"{self._link.uid}-k{k}-e{p.start}", p.size))
+                self._regions[(k, p.start)] = made[-1]
+                seqs.append(self._send(p.server, Op.SHM_ATTACH, k, name=made[-1].name, numel=p.size, start=p.start))
             self._collect(seqs)
         except (OSError, ClipflowError) as exc:
             self._log.error(f"shared memory with the servers on this machine failed ({exc}); using TCP instead")
@@ -566,7 +573,7 @@ class KVStore:
         replies = self._collect(list(seqs))
         for seq, (target, part) in seqs.items():
             msg = replies[seq]
-            region = self._regions.get((msg.get("key"), part.server)) if msg.get("shm") else None
+            region = self._regions.get((msg.get("key"), part.start)) if msg.get("shm") else None
             data = region.array if region is not None else (msg.arrays[0] if len(msg.arrays) == 1 else None)
             if msg.op != Op.VALUE or data is None or data.size != part.size:
                 raise ClipflowError(f"server {part.server} sent a bad {msg.op} reply")

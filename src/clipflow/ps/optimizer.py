@@ -22,7 +22,7 @@ The update of one key, with ``g`` the pushed (merged) gradient, as
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 import numpy as np
@@ -54,7 +54,7 @@ class SGD:
         self.nesterov = nesterov
         self.wd_mult: dict[int, float] = {}
         self.lr_mult: dict[int, float] = {}
-        self.states: dict[int, np.ndarray] = {}
+        self.states: dict[Hashable, np.ndarray] = {}
 
     # -- configuration (what travels to the servers) ------------------------------------------
 
@@ -86,8 +86,12 @@ class SGD:
 
     # -- the update ---------------------------------------------------------------------------
 
-    def update(self, key: int, weight: np.ndarray, grad: np.ndarray, lr: float | None = None) -> None:
-        """Update ``weight`` (float32, written in place) with ``grad`` for ``key``."""
+    def update(
+        self, key: int, weight: np.ndarray, grad: np.ndarray, lr: float | None = None, state: Hashable = None
+    ) -> None:
+        """Update ``weight`` (float32, written in place) with ``grad`` for ``key``; the momentum buffer is
+        ``state``'s (default: the key's; a server keeps one per piece of a split key)."""
+        state = key if state is None else state
         if weight.dtype != np.float32 or grad.dtype != np.float32:
             raise ValueError(f"key {key}: the optimizer works on float32, got {weight.dtype} and {grad.dtype}")
         if weight.shape != grad.shape:
@@ -99,9 +103,9 @@ class SGD:
         if wd != 0.0:
             g += f32(wd) * weight
         if self.momentum != 0.0:
-            buf = self.states.get(key)
+            buf = self.states.get(state)
             if buf is None or buf.shape != weight.shape:
-                buf = self.states[key] = np.zeros_like(weight)
+                buf = self.states[state] = np.zeros_like(weight)
             buf *= f32(self.momentum)
             buf += g
             if self.nesterov:
@@ -112,13 +116,14 @@ class SGD:
 
     # -- state ----------------------------------------------------------------------------------
 
-    def get_states(self) -> dict[int, np.ndarray]:
-        """The momentum buffer of every key updated so far (copies)."""
+    def get_states(self) -> dict[Hashable, np.ndarray]:
+        """The momentum buffer of every key (or piece) updated so far (copies)."""
         return {k: v.copy() for k, v in self.states.items()}
 
-    def set_states(self, states: Mapping[int, np.ndarray]) -> None:
+    def set_states(self, states: Mapping[Hashable, np.ndarray]) -> None:
         for k, v in states.items():
-            self.states[int(k)] = np.array(v, dtype=np.float32, copy=True).reshape(-1)
+            state = k if isinstance(k, tuple) else int(k)  # type: ignore[call-overload]
+            self.states[state] = np.array(v, dtype=np.float32, copy=True).reshape(-1)
 
 
 def create(name: str = "sgd", **kwargs: Any) -> SGD:

@@ -2,10 +2,13 @@
 
 Arrays with more elements than MXNET_KVSTORE_BIGARRAY_BOUND are split into
 contiguous slices of the flattened array, one per server, sizes differing by at
-most one. Smaller arrays go whole to the least-loaded server (load = elements
-placed so far), ties broken by a stable hash of the key, so every worker that
-initialises the same keys in the same order computes the same placement. Python's
-``hash()`` is salted per process and is not used.
+most one; each slice is cut again into pieces of at most ``piece`` elements
+(CLIPFLOW_PS_PIECE), so a server can sum and send back one piece while the next
+ones are still arriving. Every piece is a :class:`Part` of its own. Smaller arrays
+go whole to the least-loaded server (load = elements placed so far), ties broken
+by a stable hash of the key, so every worker that initialises the same keys in the
+same order computes the same placement. Python's ``hash()`` is salted per process
+and is not used.
 """
 
 from __future__ import annotations
@@ -47,11 +50,12 @@ def stable_hash(key: int) -> int:
 class Placement:
     """Remembers where each initialised key lives; deterministic given the order of :meth:`place` calls."""
 
-    def __init__(self, num_servers: int, bound: int) -> None:
-        if num_servers < 1 or bound < 1:
-            raise ValueError(f"need num_servers >= 1 and bound >= 1, got {num_servers} and {bound}")
+    def __init__(self, num_servers: int, bound: int, piece: int = 0) -> None:
+        if num_servers < 1 or bound < 1 or piece < 0:
+            raise ValueError(f"need num_servers >= 1, bound >= 1, piece >= 0; got {num_servers}, {bound}, {piece}")
         self.num_servers = num_servers
         self.bound = bound
+        self.piece = piece  # 0: one piece per server
         self.loads = [0] * num_servers
         self._parts: dict[int, tuple[Part, ...]] = {}
 
@@ -67,9 +71,10 @@ class Placement:
             parts = []
             start = 0
             for server, size in enumerate(split_sizes(numel, self.num_servers)):
-                if size:
-                    parts.append(Part(server, start, start + size))
-                start += size
+                pieces = -(-size // self.piece) if self.piece else 1
+                for piece in split_sizes(size, pieces) if size else []:
+                    parts.append(Part(server, start, start + piece))
+                    start += piece
             placed_parts = tuple(parts)
         else:
             first = stable_hash(key) % self.num_servers

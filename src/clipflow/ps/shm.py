@@ -110,33 +110,34 @@ class Region:
 
 
 class ServerRegions:
-    """A server's mapped regions, by (worker socket identity, key); rewrites messages on the way in and out."""
+    """A server's mapped regions, by (worker socket identity, key, part start); rewrites messages in and out."""
 
     def __init__(self) -> None:
-        self.regions: dict[tuple[bytes, int], Region] = {}
+        self.regions: dict[tuple[bytes, object, object], Region] = {}
 
     def attach(self, peer: bytes, msg: Message) -> Message:
         """Handle ``shm_attach`` (idempotent for a repeated request); the reply is OK or raises WireError."""
         key, name, numel = msg.get("key"), msg.get("name"), msg.get("numel")
         if not isinstance(key, int) or not isinstance(numel, int) or numel < 0:
             raise WireError(f"{Op.SHM_ATTACH} needs an integer key and numel, got {key!r} and {numel!r}")
-        known = self.regions.get((peer, key))
+        slot = (peer, key, msg.get("start", 0))
+        known = self.regions.get(slot)
         if known is None or known.name != name:
-            self.regions[(peer, key)] = Region.attach(name, numel)
+            self.regions[slot] = Region.attach(name, numel)
         return Message(Op.OK, {"seq": msg.get("seq"), "key": key})
 
     def inbound(self, peer: bytes, msg: Message) -> Message:
         """A request whose values are in ``peer``'s region, with that region as its array."""
         if not msg.get("shm"):
             return msg
-        region = self.regions.get((peer, msg.get("key")))  # type: ignore[arg-type]
+        region = self.regions.get((peer, msg.get("key"), msg.get("start", 0)))
         if region is None:
             raise WireError(f"{msg.op} of key {msg.get('key')} names a shared-memory region that was never attached")
         return Message(msg.op, msg.fields, [region.array])
 
     def outbound(self, to: bytes, reply: Message) -> Message:
         """A value reply to a worker with a region for that key: the value goes into the region instead."""
-        region = self.regions.get((to, reply.get("key"))) if reply.op == Op.VALUE else None
+        region = self.regions.get((to, reply.get("key"), reply.get("start", 0))) if reply.op == Op.VALUE else None
         if region is None or len(reply.arrays) != 1 or reply.arrays[0].size != region.array.size:
             return reply
         np.copyto(region.array, reply.arrays[0].reshape(-1))

@@ -7,8 +7,9 @@ completes), so it can be tested and reused directly.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -42,9 +43,12 @@ class OptimizerUpdater(Updater):
         self.optimizer = optimizer
         self.keys = keys
 
-    def __call__(self, key: int, merged: np.ndarray, stored: np.ndarray, lr: float | None = None) -> np.ndarray:
+    def __call__(
+        self, key: int, merged: np.ndarray, stored: np.ndarray, lr: float | None = None, state: Hashable = None
+    ) -> np.ndarray:
+        """``state`` names the momentum buffer (a split key has one per piece; default: the key)."""
         weight = stored.copy()  # replies may still be sending ``stored``
-        self.optimizer.update(key, weight, merged, lr)
+        self.optimizer.update(key, weight, merged, lr, state=state)
         return weight
 
 
@@ -62,22 +66,37 @@ class _Round:
 Reply = tuple[bytes, Message]
 
 
+class Slot(NamedTuple):
+    """What a server stores one value for: a key, or the piece of a split key that starts at ``start``."""
+
+    key: int
+    start: int = 0
+
+    def __str__(self) -> str:
+        return str(self.key) if self.start == 0 else f"{self.key} (from element {self.start})"
+
+    def fields(self) -> dict[str, int]:
+        return {"key": self.key, "start": self.start}
+
+
 class KeyValueStore:
-    """Float32 1-D values keyed by int; sums pushes, one round per key at a time in dist_sync."""
+    """Float32 1-D values by :class:`Slot`; sums pushes, one round per slot at a time in dist_sync."""
 
     def __init__(self, server_rank: int, num_worker: int, updater: Updater | None = None) -> None:
         self.server_rank = server_rank
         self.num_worker = num_worker
         self.updater = updater or Updater()
-        self.values: dict[int, np.ndarray] = {}
-        self.rounds: dict[int, _Round] = {}
+        self.values: dict[Slot, np.ndarray] = {}
+        self.rounds: dict[Slot, _Round] = {}
         self.optimizer: OptimizerUpdater | None = None
 
     def handle(self, peer: bytes, msg: Message) -> list[Reply]:
         """Apply one request from ``peer``; return (peer, reply) pairs to send now."""
         try:
             if msg.op == Op.STATS:
-                keys = {str(k): int(v.size) for k, v in self.values.items()}
+                keys: dict[str, int] = {}
+                for slot, v in self.values.items():
+                    keys[str(slot.key)] = keys.get(str(slot.key), 0) + int(v.size)
                 return [(peer, Message(Op.STATS, {"seq": msg.get("seq"), "rank": self.server_rank, "keys": keys}))]
             if msg.op in (Op.SET_OPTIMIZER, Op.SET_MULT, Op.GET_STATES, Op.SET_STATES):
                 return [(peer, self._optimizer_op(msg))]
@@ -92,18 +111,20 @@ class KeyValueStore:
         except WireError as exc:
             return [(peer, Message(Op.ERROR, {"seq": msg.get("seq"), "reason": f"server {self.server_rank}: {exc}"}))]
 
-    def _key(self, msg: Message) -> int:
-        key = msg.get("key")
+    def _key(self, msg: Message) -> Slot:
+        key, start = msg.get("key"), msg.get("start", 0)
         if not isinstance(key, int) or isinstance(key, bool):
             raise WireError(f"{msg.op} needs an integer key, got {key!r}")
-        return key
+        if not isinstance(start, int) or isinstance(start, bool) or start < 0:
+            raise WireError(f"{msg.op} of key {key} needs a start >= 0, got {start!r}")
+        return Slot(key, start)
 
-    def _array(self, key: int, msg: Message) -> np.ndarray:
+    def _array(self, key: Slot, msg: Message) -> np.ndarray:
         if len(msg.arrays) != 1 or msg.arrays[0].dtype != np.float32:
             raise WireError(f"{msg.op} of key {key} needs exactly one float32 array")
         return msg.arrays[0].reshape(-1)
 
-    def _stored(self, key: int, msg: Message) -> np.ndarray:
+    def _stored(self, key: Slot, msg: Message) -> np.ndarray:
         stored = self.values.get(key)
         if stored is None:
             raise WireError(
@@ -112,18 +133,18 @@ class KeyValueStore:
             )
         return stored
 
-    def _init(self, key: int, msg: Message) -> Message:
+    def _init(self, key: Slot, msg: Message) -> Message:
         value = self._array(key, msg)
         if key not in self.values or msg.get("overwrite"):
             if key in self.rounds:
                 raise WireError(f"cannot overwrite key {key} while a push round is in progress")
             self.values[key] = np.array(value, dtype=np.float32, copy=True)
-        return Message(Op.OK, {"seq": msg.get("seq"), "key": key})
+        return Message(Op.OK, {"seq": msg.get("seq"), **key.fields()})
 
-    def _value(self, key: int, msg: Message) -> Message:
-        return Message(Op.VALUE, {"seq": msg.get("seq"), "key": key}, [self._stored(key, msg)])
+    def _value(self, key: Slot, msg: Message) -> Message:
+        return Message(Op.VALUE, {"seq": msg.get("seq"), **key.fields()}, [self._stored(key, msg)])
 
-    def _gradient(self, key: int, msg: Message, size: int) -> np.ndarray:
+    def _gradient(self, key: Slot, msg: Message, size: int) -> np.ndarray:
         """The pushed float32 values (dequantized if the push is compressed); may be a read-only view."""
         if msg.get("compression") is None:
             value = self._array(key, msg)
@@ -137,17 +158,18 @@ class KeyValueStore:
         except ValueError as exc:
             raise WireError(f"{msg.op} of key {key}: {exc}") from None
 
-    def _update(self, key: int, merged: np.ndarray, stored: np.ndarray, lr: Any) -> np.ndarray:
+    def _update(self, slot: Slot, merged: np.ndarray, stored: np.ndarray, lr: Any) -> np.ndarray:
+        key = slot.key
         if self.optimizer is not None and key in self.optimizer.keys:
             if lr is not None and (isinstance(lr, bool) or not isinstance(lr, int | float)):
                 raise WireError(f"push of key {key} carries a bad learning rate {lr!r}")
             try:
-                return self.optimizer(key, merged, stored, lr)
+                return self.optimizer(key, merged, stored, lr, state=slot)
             except ValueError as exc:
                 raise WireError(str(exc)) from None
         return self.updater(key, merged, stored)
 
-    def _push(self, key: int, peer: bytes, msg: Message) -> list[Reply]:
+    def _push(self, key: Slot, peer: bytes, msg: Message) -> list[Reply]:
         stored = self._stored(key, msg)
         value = self._gradient(key, msg, stored.size)
         rank = msg.get("rank")
@@ -204,21 +226,29 @@ class KeyValueStore:
             except (AttributeError, TypeError, ValueError) as exc:
                 raise WireError(f"bad multipliers: {exc}") from None
             return Message(Op.OK, {"seq": seq})
-        if msg.op == Op.GET_STATES:
+        if msg.op == Op.GET_STATES:  # keys are [key, start] pairs: a split key has a buffer per piece
             states = opt.get_states()
-            keys = sorted(states)
-            return Message(Op.OK, {"seq": seq, "keys": keys}, [states[k] for k in keys])
+            slots = sorted(states)
+            return Message(Op.OK, {"seq": seq, "keys": [list(k) for k in slots]}, [states[k] for k in slots])
         keys = msg.get("keys")
-        if not isinstance(keys, list) or len(keys) != len(msg.arrays) or not all(isinstance(k, int) for k in keys):
-            raise WireError(f"{msg.op} needs one array per key, got keys {keys!r} and {len(msg.arrays)} arrays")
-        for k, arr in zip(keys, msg.arrays, strict=True):
-            stored = self._stored(k, msg)
+        try:
+            slots = [Slot(*pair) for pair in keys]  # type: ignore[union-attr]
+            if not all(isinstance(v, int) and not isinstance(v, bool) for slot in slots for v in slot):
+                raise TypeError
+        except TypeError:
+            slots = []
+        if len(slots) != len(msg.arrays) or not slots and keys != []:
+            raise WireError(
+                f"{msg.op} needs one array per [key, start] pair, got {keys!r} and {len(msg.arrays)} arrays"
+            )
+        for slot, arr in zip(slots, msg.arrays, strict=True):
+            stored = self._stored(slot, msg)
             if arr.dtype != np.float32 or arr.size != stored.size:
-                raise WireError(f"{msg.op}: key {k} holds {stored.size} elements here, got {arr.dtype} {arr.shape}")
-        opt.set_states(dict(zip(keys, msg.arrays, strict=True)))
+                raise WireError(f"{msg.op}: key {slot} holds {stored.size} elements here, got {arr.dtype} {arr.shape}")
+        opt.set_states(dict(zip(slots, msg.arrays, strict=True)))
         return Message(Op.OK, {"seq": seq})
 
-    def _reply(self, key: int, msg: Message) -> Message:
+    def _reply(self, key: Slot, msg: Message) -> Message:
         if msg.op == Op.PUSHPULL:
             return self._value(key, msg)
-        return Message(Op.OK, {"seq": msg.get("seq"), "key": key})
+        return Message(Op.OK, {"seq": msg.get("seq"), **key.fields()})
