@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+from clipflow.cluster.hostsfile import hosts_from_config
 from clipflow.cluster.plan import make_plan
 from clipflow.cluster.ports import free_port
 from clipflow.train.roles import ps_environment
@@ -76,12 +77,12 @@ def run(mode: str, steps: int, batch: int) -> list[dict]:
     procs: list[subprocess.Popen] = []
     try:
         if mode == "ps":
-            plan = make_plan("local", ["localhost"], WORKERS, 1, free_port(), 30)
-            for role, rank in (("scheduler", 0), ("server", 0)):
+            plan = make_plan("local", hosts_from_config(["localhost"]), WORKERS, 1, free_port(), 30)
+            for role in [r for r in plan.roles if r.role != "worker"]:  # the scheduler and the server
                 procs.append(subprocess.Popen([sys.executable, "-m", "clipflow", "ps", "role"],
-                                              env={**env, **ps_environment(plan, role, rank)}))  # fmt: skip
-            workers = [subprocess.Popen(me, env={**env, **ps_environment(plan, "worker", r)}, stdout=subprocess.PIPE,
-                                        text=True) for r in range(WORKERS)]  # fmt: skip
+                                              env={**env, **ps_environment(plan, role)}))  # fmt: skip
+            workers = [subprocess.Popen(me, env={**env, **ps_environment(plan, r)}, stdout=subprocess.PIPE, text=True)
+                       for r in plan.roles if r.role == "worker"]  # fmt: skip
         else:
             workers = [subprocess.Popen(me, env=env, stdout=subprocess.PIPE, text=True) for _ in range(WORKERS)]
         procs += workers

@@ -27,22 +27,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from clipflow.cluster.ports import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src"
 NUMEL = 25_000_000
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def child_env(**extra: str) -> dict[str, str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -25,6 +26,13 @@ def tiny_videos(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("synthetic")
     generate(out, SyntheticSpec(num_train=16, num_val=8, min_frames=24, max_frames=40, short_side=64), workers=2)
     return out
+
+
+def clipflow(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python -m clipflow ARGS`` with :func:`python_env`, output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "clipflow", *args], env=python_env(), capture_output=True, text=True, timeout=timeout
+    )
 
 
 def python_env() -> dict[str, str]:

@@ -6,28 +6,21 @@ is in tests/test_cluster_hosts.py, on sshd hosts in network namespaces.
 
 from __future__ import annotations
 
-import os
 import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import python_env
+from conftest import clipflow, python_env
 
 from clipflow.cluster.hostsfile import Host, hosts_from_config
 from clipflow.cluster.keys import ensure_local_key, public_key
 from clipflow.cluster.plan import make_plan, place
+from clipflow.cluster.ports import free_port
 from clipflow.cluster.ssh import SshSettings, ssh_options
 from clipflow.cluster.sync import EXCLUDES, rsync_argv
 from clipflow.errors import ClipflowError
-
-
-def clipflow(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "clipflow", *args], env=python_env(), capture_output=True, text=True, timeout=120,
-        cwd=cwd,
-    )  # fmt: skip
 
 
 def _placed(hosts: list[Host], workers: int, servers: int, how: str) -> list[tuple[str, int, str]]:
@@ -130,7 +123,7 @@ def test_launch_runs_the_command_on_every_worker_with_the_env_given(tmp_path: Pa
         "print('rank', kv.rank, 'of', kv.num_workers, os.environ['GREETING']); kv.close()"
     )
     done = clipflow(
-        "launch", "-n", "2", "-s", "1", "--port", str(_free_port()), "--env", "GREETING=hi there",
+        "launch", "-n", "2", "-s", "1", "--port", str(free_port()), "--env", "GREETING=hi there",
         "--log-dir", str(tmp_path / "logs"), "--", sys.executable, "-c", code,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
@@ -150,22 +143,13 @@ def test_launch_runs_the_command_on_every_worker_with_the_env_given(tmp_path: Pa
     ],
 )
 def test_launch_refuses_bad_input_with_a_message(args: list[str], message: str, tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env = {k: v for k, v in python_env().items() if not k.startswith("SLURM_")}  # outside any allocation
     done = subprocess.run(
         [sys.executable, "-m", "clipflow", "launch", "--log-dir", str(tmp_path), *args],
-        env={**python_env(), **{k: v for k, v in env.items() if k not in python_env()}},
-        capture_output=True, text=True, timeout=60,
+        env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 2, done.stdout + done.stderr
     assert message in done.stderr
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_slurm_roles_start_with_srun_and_carry_their_values_in_the_environment(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import python_env
+from conftest import clipflow, python_env
 
 from clipflow.errors import ClipflowError
 from clipflow.recipe import load_recipe
@@ -15,12 +15,6 @@ def snakemake_dry_run(repo, *config: str) -> subprocess.CompletedProcess:
     if config:
         cmd += ["--config", *config]
     return subprocess.run(cmd, cwd=repo, env=python_env(), capture_output=True, text=True, timeout=120)
-
-
-def clipflow(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "clipflow", *args], env=python_env(), capture_output=True, text=True, timeout=60
-    )
 
 
 def test_unknown_recipe_is_named_with_the_known_ones(repo):

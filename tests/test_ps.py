@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from clipflow.cluster.ports import free_port
 from clipflow.errors import ClipflowError
 from clipflow.ps import KVStore, PSConfig, run_role
 from clipflow.ps.exitcodes import ABORTED
@@ -202,12 +202,6 @@ def test_store_sums_a_round_and_answers_only_when_complete() -> None:
 
 
 # -- real processes -----------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

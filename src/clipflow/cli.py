@@ -31,11 +31,11 @@ def _hosts(a: argparse.Namespace) -> list:
     """Hosts from --hosts-file, else --hosts (comma-separated), else the Slurm allocation (slurm launcher)."""
     from clipflow.cluster.hostsfile import hosts_from_config, read_hosts_file
 
-    if getattr(a, "hosts_file", None):
+    if a.hosts_file:
         return read_hosts_file(a.hosts_file)
-    if getattr(a, "hosts", None):
+    if a.hosts:
         return hosts_from_config([h.strip() for h in a.hosts.split(",") if h.strip()])
-    if getattr(a, "launcher", "") == "local":
+    if getattr(a, "launcher", "") == "local":  # `cluster keys` has no launcher
         return hosts_from_config(["localhost"])
     if getattr(a, "launcher", "") == "slurm":
         from clipflow.cluster.hostsfile import Host
@@ -51,11 +51,10 @@ def _ssh_settings(a: argparse.Namespace):
     return SshSettings(Path(os.path.expanduser(a.ssh_key)), Path(a.known_hosts), accept_new=not a.refuse_new_host_keys)
 
 
-def _ssh_plan_fields(a: argparse.Namespace, workdir: str) -> dict[str, str]:
+def _ssh_plan_fields(a: argparse.Namespace, settings, workdir: str) -> dict[str, str]:
     """The plan's ssh settings (absolute paths: the launcher may run from elsewhere); none for other launchers."""
     if a.launcher != "ssh":
         return {}
-    settings = _ssh_settings(a)
     return {
         "ssh_key": str(settings.key.absolute()),
         "known_hosts": str(settings.known_hosts.absolute()),
@@ -68,7 +67,7 @@ def cmd_cluster_plan(a: argparse.Namespace) -> int:
     from clipflow.cluster.plan import check_ports, make_plan
 
     keys_dir = Path(a.out).parent / "ps_keys"
-    ssh = _ssh_plan_fields(a, a.workdir)
+    ssh = _ssh_plan_fields(a, _ssh_settings(a), a.workdir)
     plan = make_plan(a.launcher, _hosts(a), a.num_workers, a.num_servers, a.root_port, a.heartbeat_timeout,
                      a.security, keys_dir, a.placement, ssh)  # fmt: skip
     check_ports(plan)
@@ -99,20 +98,15 @@ def cmd_cluster_keys(a: argparse.Namespace) -> int:
 
 
 def cmd_cluster_check(a: argparse.Namespace) -> int:
-    from dataclasses import replace
-
     from clipflow.cluster.checks import check_host, failure_message, format_table, write_checks
-    from clipflow.cluster.hostsfile import parse_host
     from clipflow.cluster.plan import Plan
-    from clipflow.cluster.ssh import SshSettings
 
     plan = Plan.read(a.plan)
-    settings = SshSettings(Path(plan.ssh_key), Path(plan.known_hosts))
+    settings = plan.ssh_settings()
     paths = [str(Path(p).absolute()) for p in a.path]
     checks = []
-    for text in plan.hosts:
-        host = parse_host(text, f"{a.plan} hosts")
-        ports = [plan.root_port] if plan.roles[0].host == str(replace(host, slots=1)) else []
+    for host in plan.host_list():
+        ports = [plan.root_port] if plan.runs_scheduler(host) else []
         checks.append(check_host(host, settings, plan.python, paths, ports, plan.workdir, a.min_free_gb))
     print(format_table(checks))
     write_checks(checks, a.out)
@@ -123,15 +117,12 @@ def cmd_cluster_check(a: argparse.Namespace) -> int:
 
 
 def cmd_cluster_sync(a: argparse.Namespace) -> int:
-    from clipflow.cluster.hostsfile import parse_host
     from clipflow.cluster.plan import Plan
-    from clipflow.cluster.ssh import SshSettings
     from clipflow.cluster.sync import sync_host
 
     plan = Plan.read(a.plan)
-    settings = SshSettings(Path(plan.ssh_key), Path(plan.known_hosts))
-    for text in plan.hosts:
-        host = parse_host(text, f"{a.plan} hosts")
+    settings = plan.ssh_settings()
+    for host in plan.host_list():
         sync_host(Path(a.src).absolute(), host, a.dst, settings)
         print(f"clipflow cluster: {host}: {a.src} synced to {a.dst}")
     if a.stamp:
@@ -161,7 +152,7 @@ def cmd_launch(a: argparse.Namespace) -> int:
         raise ClipflowError("no command to launch: clipflow launch -n 2 -H hosts -- python train.py ...")
     a.launcher = a.launcher or ("ssh" if a.hosts_file else "local")
     settings = _ssh_settings(a)
-    ssh = _ssh_plan_fields(a, a.sync_dst_dir)
+    ssh = _ssh_plan_fields(a, settings, a.sync_dst_dir)
     hosts = _hosts(a)
     plan = make_plan(a.launcher, hosts, a.num_workers, a.num_servers or a.num_workers, a.port, a.heartbeat_timeout,
                      a.security, Path(a.log_dir) / "ps_keys", a.placement, ssh)  # fmt: skip

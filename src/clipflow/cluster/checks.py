@@ -37,6 +37,7 @@ out["paths"] = {p: os.path.exists(p) for p in want["paths"]}
 ports = {}
 for port in want["ports"]:
     s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as zmq binds (clipflow.cluster.ports.port_free)
     try:
         s.bind(("", port)); ports[str(port)] = True
     except OSError:

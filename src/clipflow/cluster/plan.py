@@ -14,10 +14,11 @@ import socket
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from clipflow.cluster.hostsfile import Host
+from clipflow.cluster.hostsfile import Host, parse_host
 from clipflow.cluster.ports import port_free
+from clipflow.cluster.ssh import SshSettings
 from clipflow.errors import ClipflowError
-from clipflow.ps.env import is_loopback
+from clipflow.ps.env import SECURITY_MODES, is_loopback
 from clipflow.ps.security import make_keys
 
 LOCAL_NAMES = {"localhost", "127.0.0.1", "::1"}
@@ -50,6 +51,17 @@ class Plan:
     known_hosts: str = ""
     python: str = ""
     workdir: str = ""
+
+    def host_list(self) -> list[Host]:
+        """The hosts, parsed."""
+        return [parse_host(text, "the cluster plan's hosts") for text in self.hosts]
+
+    def ssh_settings(self) -> SshSettings:
+        """The job's key and the pinned host keys, for the ssh launcher's stages."""
+        return SshSettings(Path(self.ssh_key), Path(self.known_hosts))
+
+    def runs_scheduler(self, host: Host) -> bool:
+        return self.roles[0].host == str(replace(host, slots=1))
 
     def write(self, path: str | Path) -> None:
         path = Path(path)
@@ -124,7 +136,7 @@ def make_plan(
         for role, rank, h in place(hosts, num_workers, num_servers, placement)
     ]
     root_uri = roles[0].address
-    if security not in ("auto", "curve", "none"):
+    if security not in SECURITY_MODES:
         raise ClipflowError(f"cluster.security must be auto, curve or none, not {security!r}")
     if security == "auto":
         security = "none" if is_loopback(root_uri) else "curve"

@@ -21,12 +21,14 @@ import hashlib
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import paramiko
-from fabric import Connection
+from typing import TYPE_CHECKING
 
 from clipflow.cluster.hostsfile import Host
 from clipflow.errors import ClipflowError
+
+if TYPE_CHECKING:  # fabric and paramiko are imported where a connection is made: the launcher needs neither
+    import paramiko
+    from fabric import Connection
 
 
 @dataclass
@@ -51,8 +53,9 @@ def fingerprint(key: paramiko.PKey) -> str:
     return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
 
 
-class _PinOrRefuse(paramiko.MissingHostKeyPolicy):
-    """Unknown host: pin its key in the project known_hosts and report it, or refuse it."""
+class _PinOrRefuse:
+    """paramiko's missing-host-key policy for an unknown host: pin its key in the project known_hosts and
+    report it, or refuse it."""
 
     def __init__(self, settings: SshSettings, host: Host) -> None:
         self.settings = settings
@@ -114,6 +117,9 @@ def ssh_argv(host: Host, settings: SshSettings, remote_command: str) -> list[str
 def connect(host: Host, settings: SshSettings, first_contact: bool = False) -> Connection:
     """An open fabric connection. ``first_contact`` also tries the access the user already has
     (ssh-agent and the default keys in ~/.ssh); otherwise only the job's key is offered."""
+    import paramiko
+    from fabric import Connection
+
     kwargs: dict[str, object] = {"allow_agent": first_contact, "look_for_keys": first_contact}
     if settings.key.exists():
         kwargs["key_filename"] = [str(settings.key)]

@@ -109,5 +109,5 @@ def _handle(store: KeyValueStore, regions: ServerRegions, peer: bytes, msg: Mess
             return [(peer, regions.attach(peer, msg))]
         msg = regions.inbound(peer, msg)
     except WireError as exc:
-        return [(peer, Message(Op.ERROR, {"seq": msg.get("seq"), "reason": f"server {store.server_rank}: {exc}"}))]
+        return [(peer, store.error(msg, exc))]
     return [(to, regions.outbound(to, reply)) for to, reply in store.handle(peer, msg)]

@@ -37,6 +37,7 @@ import mmap
 import os
 import re
 import secrets
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +49,7 @@ BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 NAME = re.compile(r"^clipflow-ps-[A-Za-z0-9._-]{1,200}$")
 
 
+@lru_cache(maxsize=1)
 def machine_id() -> str:
     """This kernel's boot id ('' where there is none): equal ids mean the same machine."""
     try:

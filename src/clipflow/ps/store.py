@@ -109,7 +109,11 @@ class KeyValueStore:
                 return self._push(key, peer, msg)
             raise WireError(msg.get("reason") or f"unknown operation {msg.op!r}")
         except WireError as exc:
-            return [(peer, Message(Op.ERROR, {"seq": msg.get("seq"), "reason": f"server {self.server_rank}: {exc}"}))]
+            return [(peer, self.error(msg, exc))]
+
+    def error(self, msg: Message, exc: WireError) -> Message:
+        """The ERROR reply to a request this server refuses."""
+        return Message(Op.ERROR, {"seq": msg.get("seq"), "reason": f"server {self.server_rank}: {exc}"})
 
     def _key(self, msg: Message) -> Slot:
         key, start = msg.get("key"), msg.get("start", 0)

@@ -18,13 +18,12 @@ import os
 import shlex
 import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 from clipflow.cluster.hostsfile import parse_host
 from clipflow.cluster.plan import Plan, Role
 from clipflow.cluster.remote_exec import request_line
 from clipflow.cluster.slurm import srun_argv
-from clipflow.cluster.ssh import SshSettings, ssh_argv
+from clipflow.cluster.ssh import ssh_argv
 from clipflow.train.launcher import RoleCommand
 
 
@@ -71,7 +70,7 @@ def role_commands(
 
 def _wrap(plan: Plan, role: Role, argv: list[str], env: dict[str, str], python: str) -> RoleCommand:
     if plan.launcher == "ssh":
-        settings = SshSettings(Path(plan.ssh_key), Path(plan.known_hosts))
+        settings = plan.ssh_settings()
         workdir = _remote_dir(plan.workdir or os.getcwd())
         remote = f"cd {workdir} && exec {shlex.quote(python)} -m clipflow.cluster.remote_exec"
         host = parse_host(role.host, f"the plan's host of {role.role} {role.rank}")

@@ -1,0 +1,34 @@
+"""The benchmarks still run: each on tiny sizes, ending with its JSON line of figures.
+
+No timing is asserted (benchmarks measure, tests do not); this catches a benchmark
+broken by a change in the package it drives.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from conftest import REPO, python_env
+
+
+def last_json(*args: str) -> dict:
+    done = subprocess.run(
+        [sys.executable, *args], cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_ps_throughput_runs_every_job() -> None:
+    figures = last_json("bench/ps_throughput.py", "--numel", "200000", "--iters", "1", "--warmup", "0", "--repeat", "1")
+    jobs = ["gloo_allreduce", "raw_zmq_roundtrip", "clipflow_tcp_1server", "clipflow_2hosts_2servers"]
+    assert all(figures[f"{job}_ms"] > 0 for job in jobs), figures
+    assert "ratio_clipflow_1host_shm_vs_gloo" in figures
+
+
+def test_overlap_runs_both_modes() -> None:
+    figures = last_json("bench/overlap.py", "--steps", "1", "--warmup", "0", "--batch", "2")
+    assert figures["bench"] == "overlap" and figures["local_step_ms"] > 0 and figures["ps_step_ms"] > 0
+    assert figures["buckets_pushed_in_backward"] > 0
