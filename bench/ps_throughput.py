@@ -8,7 +8,9 @@ One run, all on 127.0.0.1 (and 127.0.0.2), each figure in its own processes:
   at its default); ``2hosts_1server`` and ``2hosts_2servers``: two hosts' worth of roles,
   worker r and server r advertising 127.0.0.<r+1>, so a worker reaches the server beside
   it through shared memory and the other one over TCP (with 2 servers, the launcher's
-  default placement on 2 machines);
+  default placement on 2 machines); ``2hosts_1server_buffer`` and ``2hosts_2servers_buffer``: the same, each
+  worker pushing from and pulling into the key's :meth:`KVStore.buffer` (what the trainer's
+  gradient buckets are), so the worker beside the server copies nothing;
   ``1host_shm``: everything on one host, shared memory on;
 * torch.distributed gloo ``all_reduce`` of the same tensor, 2 processes;
 * raw zmq: one process sends the 100 MB to another and gets it back (no PS logic),
@@ -78,7 +80,7 @@ def timings(out: str) -> list[float]:
 # -- clipflow -----------------------------------------------------------------------------------
 
 
-def clipflow(num_server: int, args: argparse.Namespace, layout: str) -> list[float]:
+def clipflow(num_server: int, args: argparse.Namespace, layout: str, buffer: bool = False) -> list[float]:
     """One clipflow job; ``layout``: ``tcp`` (one host, shared memory off), ``shm`` (one host, on) or
     ``2hosts`` (worker r and server r advertise 127.0.0.<r+1>: two machines' worth of roles, where a
     worker reaches a server beside it through shared memory and the others over TCP)."""
@@ -97,7 +99,7 @@ def clipflow(num_server: int, args: argparse.Namespace, layout: str) -> list[flo
     role = [sys.executable, "-c", "import sys; from clipflow.ps import run_role; sys.exit(run_role())"]
     cmds = [(role, {**base, "DMLC_ROLE": "scheduler"})]
     cmds += [(role, {**base, **host(r), "DMLC_ROLE": "server", "DMLC_RANK": str(r)}) for r in range(num_server)]
-    me = self_cmd(args)
+    me = [*self_cmd(args), *(["--buffer"] if buffer else [])]
     cmds += [
         ([*me, "--role", "ps-worker"], {**base, **host(r), "DMLC_ROLE": "worker", "DMLC_RANK": str(r)})
         for r in range(2)
@@ -112,8 +114,8 @@ def ps_worker(args: argparse.Namespace) -> None:
     from clipflow.ps import KVStore
 
     kv = KVStore.create("dist_sync")
-    grad = torch.full((args.numel,), float(kv.rank + 1))
     kv.init(0, torch.zeros(args.numel))
+    grad = kv.buffer(0) if args.buffer else torch.empty(args.numel)
     ms = []
     for i in range(args.warmup + args.iters):
         grad.fill_(float(kv.rank + 1))
@@ -211,6 +213,7 @@ def main() -> None:
     parser.add_argument("--rank", type=int, default=0)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--malloc-tune", action="store_true")
+    parser.add_argument("--buffer", action="store_true", help="ps-worker: push from the key's KVStore.buffer")
     args = parser.parse_args()
     if args.role == "ps-worker":
         return ps_worker(args)
@@ -231,7 +234,9 @@ def main() -> None:
         "clipflow_tcp_1server": lambda: clipflow(1, args, "tcp"),
         "clipflow_tcp_2servers": lambda: clipflow(2, args, "tcp"),
         "clipflow_2hosts_1server": lambda: clipflow(1, args, "2hosts"),
+        "clipflow_2hosts_1server_buffer": lambda: clipflow(1, args, "2hosts", buffer=True),
         "clipflow_2hosts_2servers": lambda: clipflow(2, args, "2hosts"),
+        "clipflow_2hosts_2servers_buffer": lambda: clipflow(2, args, "2hosts", buffer=True),
         "clipflow_1host_shm": lambda: clipflow(2, args, "shm"),
     }
     if args.jobs:
@@ -246,10 +251,10 @@ def main() -> None:
         for name, job in jobs.items():
             runs[name] += job()
     med = {name: statistics.median(ms) for name, ms in runs.items()}
-    print(f"{'what':<24}{'median ms':>11}{'min ms':>9}{'max ms':>9}{'x gloo':>8}")
+    print(f"{'what':<32}{'median ms':>11}{'min ms':>9}{'max ms':>9}{'x gloo':>8}")
     for name, ms in runs.items():
         ratio = med[name] / med["gloo_allreduce"]
-        print(f"{name:<24}{med[name]:>11.1f}{min(ms):>9.1f}{max(ms):>9.1f}{ratio:>8.2f}")
+        print(f"{name:<32}{med[name]:>11.1f}{min(ms):>9.1f}{max(ms):>9.1f}{ratio:>8.2f}")
     figures = {f"{name}_ms": round(v, 1) for name, v in med.items()}
     for name in runs:
         if name.startswith("clipflow"):

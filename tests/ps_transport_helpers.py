@@ -58,12 +58,38 @@ def scenario_rounds(kv: KVStore) -> dict:
         "dropped": dropped,
         "resent": kv._outbox.resent,
         "shared_with": sorted(kv._local),  # servers reached through shared memory (clipflow.ps.shm)
-        "regions": len(kv._regions),
+        "shm_parts": sum(len(shared.starts) for shared in kv._shared.values()),
+        "regions": len(kv._shared),
         "files_left": sorted(f.name for f in SHM_DIR.glob(f"clipflow-ps-*{kv._link.uid}*")),
     }
 
 
-SCENARIOS = {"rounds": scenario_rounds}
+def scenario_buffers(kv: KVStore) -> dict:
+    """As ``rounds``, pushing from and pulling into each key's :meth:`KVStore.buffer`; sums checked exactly."""
+    keys = list(SHAPES)
+    kv.init(keys, [torch.zeros(s) for s in SHAPES.values()])
+    buffers = [kv.buffer(k) for k in keys]
+    for round_ in range(ROUNDS):
+        for k, buf in zip(keys, buffers, strict=True):
+            buf.copy_(grad(k, kv.rank, round_))
+        kv.pushpull(keys, buffers, buffers)
+        for k, buf in zip(keys, buffers, strict=True):
+            want = sum(grad(k, r, round_) for r in range(kv.num_workers))
+            expect(torch.equal(buf, want), f"round {round_} key {k}: the sum in the buffer differs")
+    buf = buffers[1]
+    buf.copy_(grad(1, kv.rank, 99))
+    kv.push(1, buf)  # read in place by a server beside us
+    kv.pull(1, buf)
+    expect(torch.equal(buf, sum(grad(1, r, 99) for r in range(kv.num_workers))), "push then pull: the sum differs")
+    again = kv.buffer(1)
+    return {
+        "rank": kv.rank,
+        "shared_buffers": [k for k in keys if kv._is_buffer(k, kv.buffer(k))],
+        "same_memory_each_call": again.data_ptr() == buf.data_ptr(),
+    }
+
+
+SCENARIOS = {"rounds": scenario_rounds, "buffers": scenario_buffers}
 
 
 def main() -> None:

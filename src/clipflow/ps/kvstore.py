@@ -12,7 +12,8 @@ floating dtypes are converted, tensors on other devices are copied through the
 CPU. Keys bigger than MXNET_KVSTORE_BIGARRAY_BOUND elements are split over all
 servers. ``push`` returns once its data is queued; a later ``pull``/``push`` of
 the same key, ``barrier`` and ``close`` wait for it. Parts held by a server on the
-same machine travel through shared memory (:mod:`clipflow.ps.shm`).
+same machine travel through shared memory (:mod:`clipflow.ps.shm`); :meth:`KVStore.buffer`
+hands out that memory as the key's tensor, which saves copying into it and out of it.
 """
 
 from __future__ import annotations
@@ -55,6 +56,17 @@ class _KeyInfo:
     parts: tuple[Part, ...]
 
 
+@dataclass(frozen=True)
+class _Shared:
+    """A key's region, shared with the servers on this machine, and the parts pushed through it."""
+
+    region: Region
+    starts: frozenset[int]
+
+    def view(self, part: Part) -> np.ndarray:
+        return self.region.array[part.start : part.stop]
+
+
 class KVStore:
     """A worker's handle on the parameter servers. Build it with :meth:`create`."""
 
@@ -83,7 +95,7 @@ class KVStore:
         here = machine_id() if cfg.shm and available() else ""
         # servers on this machine (same advertised host, same boot id): parts go through shared memory
         self._local = {a.rank for a in welcome.servers if here and a.machine == here and a.host == cfg.node_host}
-        self._regions: dict[tuple[int, int], Region] = {}  # (key, part start) -> region shared with its server
+        self._shared: dict[int, _Shared] = {}  # key -> its region, where servers on this machine hold parts
         for addr in sorted(welcome.servers, key=lambda s: s.rank):
             sock = make_socket(link.ctx, zmq.DEALER, f"{link.uid}/d{addr.rank}".encode(), link.keys)
             connect(sock, addr.host, addr.port)
@@ -166,7 +178,7 @@ class KVStore:
         self._check_open()
         info = self._info(key)
         self._settle([key])
-        flat = _flat32(key, value, info.shape, owned=True)
+        flat = _flat32(key, value, info.shape, owned=not self._is_buffer(key, value))
         self._inflight[key] = [self._send_grad(Op.PUSH, key, info, p, flat) for p in info.parts]
 
     def pull(self, key: int | Sequence[int], out: TensorOrList | Sequence[TensorOrList]) -> None:
@@ -235,6 +247,22 @@ class KVStore:
             self.barrier()
         self.pull(key, out)
         self.barrier()  # nobody may overwrite the key again before everyone has pulled it
+
+    def buffer(self, key: int) -> torch.Tensor:
+        """A float32 tensor of ``key``'s shape to push from and pull into without the worker's copies.
+
+        Where servers on this machine hold parts of the key, the tensor is the shared memory those
+        parts travel through: every pull and pushpull of the key writes the value into it (besides
+        the ``out`` given), every push copies into it unless it is the value pushed. After
+        ``push(key, buffer)``, leave the buffer alone until the next call on the key returns: the
+        servers read it until then. Elsewhere it is a plain tensor.
+        """
+        self._check_open()
+        info = self._info(key)
+        shared = self._shared.get(key)
+        if shared is None:
+            return torch.zeros(info.shape)
+        return torch.from_numpy(shared.region.array).view(info.shape)
 
     def barrier(self) -> None:
         """Wait until every worker reached a barrier (pushes in flight are answered first)."""
@@ -473,38 +501,50 @@ class KVStore:
         if self._optimizer is not None and key in self._optimizer_keys:
             fields["lr"] = self._optimizer["learning_rate"]
         data: torch.Tensor | np.ndarray | None = flat[part.start : part.stop]
-        region = self._regions.get((key, part.start)) if part.server in self._local else None
+        shared = self._shared.get(key)
         if self._compression is not None and key in self._compression_keys:
             data, extra = self._compression.compress(key, info.numel, part.start, flat[part.start : part.stop].numpy())
             fields.update(extra)
-        elif region is not None:
-            np.copyto(region.array, flat[part.start : part.stop].numpy())
-            data, fields["shm"] = None, True
+        elif shared is not None and part.start in shared.starts:
+            view, values = shared.view(part), flat[part.start : part.stop].numpy()
+            if not _same_memory(view, values):  # else pushed from the key's buffer: already there
+                np.copyto(view, values)
+            data, fields["shm"], fields["size"] = None, True, part.size
         return self._send(part.server, op, key, data, **fields)
 
-    def _attach(self, keys: Sequence[int]) -> None:
-        """Share a region with each server on this machine for this worker's big enough parts of ``keys``.
+    def _is_buffer(self, key: int, value: TensorOrList) -> bool:
+        shared = self._shared.get(key)
+        return (
+            shared is not None
+            and isinstance(value, torch.Tensor)
+            and value.is_contiguous()
+            and _same_memory(shared.region.array, value.detach().view(-1).numpy())
+        )
 
-        The files are unlinked once the servers answered (mapped or not); a server that cannot map
-        them is used over TCP from then on. See :mod:`clipflow.ps.shm`.
+    def _attach(self, keys: Sequence[int]) -> None:
+        """Share a region the size of the key with the servers on this machine, for each of ``keys``
+        with big enough parts on them.
+
+        The files are unlinked once the servers answered (mapped or not); if one cannot map them,
+        the servers on this machine are used over TCP from then on. See :mod:`clipflow.ps.shm`.
         """
-        wanted = [
-            (k, p)
-            for k in keys
-            for p in self._keys[k].parts
-            if p.server in self._local and p.size * 4 >= self._cfg.shm_min_bytes
-        ]
         made: list[Region] = []
         seqs = []
         try:
-            for k, p in wanted:
-                made.append(Region.create(f"{self._link.uid}-k{k}-e{p.start}", p.size))
-                self._regions[(k, p.start)] = made[-1]
-                seqs.append(self._send(p.server, Op.SHM_ATTACH, k, name=made[-1].name, numel=p.size, start=p.start))
+            for k in keys:
+                info = self._keys[k]
+                parts = [p for p in info.parts if p.server in self._local and p.size * 4 >= self._cfg.shm_min_bytes]
+                if not parts:
+                    continue
+                made.append(Region.create(f"{self._link.uid}-k{k}", info.numel))
+                self._shared[k] = _Shared(made[-1], frozenset(p.start for p in parts))
+                for server in sorted({p.server for p in parts}):
+                    seqs.append(self._send(server, Op.SHM_ATTACH, k, name=made[-1].name, numel=info.numel))
             self._collect(seqs)
         except (OSError, ClipflowError) as exc:
             self._log.error(f"shared memory with the servers on this machine failed ({exc}); using TCP instead")
             self._local.clear()
+            self._shared.clear()
         finally:
             for region in made:
                 region.unlink()
@@ -573,8 +613,8 @@ class KVStore:
         replies = self._collect(list(seqs))
         for seq, (target, part) in seqs.items():
             msg = replies[seq]
-            region = self._regions.get((msg.get("key"), part.start)) if msg.get("shm") else None
-            data = region.array if region is not None else (msg.arrays[0] if len(msg.arrays) == 1 else None)
+            shared = self._shared.get(msg.get("key")) if msg.get("shm") else None
+            data = shared.view(part) if shared is not None else (msg.arrays[0] if len(msg.arrays) == 1 else None)
             if msg.op != Op.VALUE or data is None or data.size != part.size:
                 raise ClipflowError(f"server {part.server} sent a bad {msg.op} reply")
             target.write(part, data)
@@ -592,7 +632,9 @@ class _Target:
         self.buffer = (direct.detach().view(-1) if direct is not None else torch.empty(numel)).numpy()
 
     def write(self, part: Part, data: np.ndarray) -> None:
-        np.copyto(self.buffer[part.start : part.stop], data.reshape(-1))
+        target = self.buffer[part.start : part.stop]
+        if not _same_memory(target, data):  # else the out is the key's buffer, where the server wrote
+            np.copyto(target, data.reshape(-1))
 
     def finish(self) -> None:
         source = torch.from_numpy(self.buffer)
@@ -600,6 +642,12 @@ class _Target:
             if out is not self.direct:
                 with torch.no_grad():
                     out.copy_(source.view(out.shape))
+
+
+def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two arrays are the very same elements (same start, size and type)."""
+    same_start = a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+    return same_start and a.size == b.size and a.dtype == b.dtype
 
 
 def _directly_writable(t: torch.Tensor) -> bool:

@@ -2,26 +2,31 @@
 
 A worker and a server that run on the same machine (same advertised host and same
 kernel boot id) need not push 100 MB through the loopback TCP stack, which copies it
-twice in the kernel each way. For every key part such a worker sends to such a
-server (of at least ``CLIPFLOW_PS_SHM_MIN_BYTES``), the worker makes one
-:class:`Region`: a file in ``/dev/shm`` (mode 600) that both map. Then
+twice in the kernel each way. For every key with parts on such a server (parts of
+at least ``CLIPFLOW_PS_SHM_MIN_BYTES``), the worker makes one :class:`Region` the
+size of the whole key: a file in ``/dev/shm`` (mode 600) that the worker and those
+servers map. Each part lives at its own offset (its ``start``) in it. Then
 
-* a push or pushpull carries ``shm: true`` and no array frame: the worker wrote
-  the values into the region, the server reads them from there while handling the
-  request (it copies or sums them at once, so the region is free again when the
-  request has been handled);
-* a value reply (pull, pushpull) to that worker carries ``shm: true``: the server
-  wrote the value into the region before replying.
+* a push or pushpull of such a part carries ``shm: true``, its ``start`` and its
+  ``size``, and no array frame: the worker wrote the values at that offset, the
+  server reads them from there;
+* a value reply (pull, pushpull) for such a part carries ``shm: true``: the server
+  wrote the value at the part's offset before replying.
+
+The worker may hand the region to its user as the key's tensor
+(:meth:`clipflow.ps.kvstore.KVStore.buffer`): pushing from it and pulling into it
+then skips the worker's two copies, into the region and out of it.
 
 Messages still go over the zmq sockets, so ordering, PS_RESEND, duplicates and
-CURVE authentication are unchanged: a request is never read twice, and a region is
-only written by the side whose turn it is (one request per key is in flight).
+CURVE authentication are unchanged: a request is never read twice, and a part of a
+region is only written by the side whose turn it is (one request per key part is in
+flight; a dist_sync server reads a pushed part until its round is answered).
 
-Setting up (``shm_attach``): the worker creates the file, asks the server to map it,
-and unlinks it as soon as the server answered; from then on only the two mappings
-keep the memory, so a killed process leaves nothing in ``/dev/shm``. If the server
-cannot map it (say a container with its own ``/dev/shm``), the worker logs why and
-uses TCP for that server.
+Setting up (``shm_attach``): the worker creates the file, asks each server to map it,
+and unlinks it as soon as they answered; from then on only the mappings keep the
+memory, so a killed process leaves nothing in ``/dev/shm``. If a server cannot map it
+(say a container with its own ``/dev/shm``), the worker logs why and uses TCP for the
+servers on its machine.
 
 With the servers placed beside the workers (one server per worker host, the
 launcher's default), each worker then sends over the network only the parts held by
@@ -112,35 +117,43 @@ class Region:
 
 
 class ServerRegions:
-    """A server's mapped regions, by (worker socket identity, key, part start); rewrites messages in and out."""
+    """A server's mapped regions, by (worker socket identity, key); rewrites messages in and out."""
 
     def __init__(self) -> None:
-        self.regions: dict[tuple[bytes, object, object], Region] = {}
+        self.regions: dict[tuple[bytes, object], Region] = {}
 
     def attach(self, peer: bytes, msg: Message) -> Message:
         """Handle ``shm_attach`` (idempotent for a repeated request); the reply is OK or raises WireError."""
         key, name, numel = msg.get("key"), msg.get("name"), msg.get("numel")
         if not isinstance(key, int) or not isinstance(numel, int) or numel < 0:
             raise WireError(f"{Op.SHM_ATTACH} needs an integer key and numel, got {key!r} and {numel!r}")
-        slot = (peer, key, msg.get("start", 0))
-        known = self.regions.get(slot)
+        known = self.regions.get((peer, key))
         if known is None or known.name != name:
-            self.regions[slot] = Region.attach(name, numel)
+            self.regions[(peer, key)] = Region.attach(name, numel)
         return Message(Op.OK, {"seq": msg.get("seq"), "key": key})
 
     def inbound(self, peer: bytes, msg: Message) -> Message:
-        """A request whose values are in ``peer``'s region, with that region as its array."""
+        """A request whose values are in ``peer``'s region, with that part of the region as its array."""
         if not msg.get("shm"):
             return msg
-        region = self.regions.get((peer, msg.get("key"), msg.get("start", 0)))
+        key, start, size = msg.get("key"), msg.get("start", 0), msg.get("size")
+        region = self.regions.get((peer, key))
         if region is None:
-            raise WireError(f"{msg.op} of key {msg.get('key')} names a shared-memory region that was never attached")
-        return Message(msg.op, msg.fields, [region.array])
+            raise WireError(f"{msg.op} of key {key} names a shared-memory region that was never attached")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, size)):
+            raise WireError(f"{msg.op} of key {key} through shared memory needs an integer start and size")
+        if not 0 <= start <= start + size <= region.array.size:
+            raise WireError(
+                f"{msg.op} of key {key}: elements {start} to {start + size} are outside its shared memory "
+                f"of {region.array.size}"
+            )
+        return Message(msg.op, msg.fields, [region.array[start : start + size]])
 
     def outbound(self, to: bytes, reply: Message) -> Message:
         """A value reply to a worker with a region for that key: the value goes into the region instead."""
-        region = self.regions.get((to, reply.get("key"), reply.get("start", 0))) if reply.op == Op.VALUE else None
-        if region is None or len(reply.arrays) != 1 or reply.arrays[0].size != region.array.size:
+        region = self.regions.get((to, reply.get("key"))) if reply.op == Op.VALUE else None
+        start = reply.get("start", 0)
+        if region is None or len(reply.arrays) != 1 or start + reply.arrays[0].size > region.array.size:
             return reply
-        np.copyto(region.array, reply.arrays[0].reshape(-1))
+        np.copyto(region.array[start : start + reply.arrays[0].size], reply.arrays[0].reshape(-1))
         return Message(reply.op, {**reply.fields, "shm": True})

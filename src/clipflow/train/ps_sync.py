@@ -112,11 +112,10 @@ class PSSync:
         self.pushed_in_backward = 0  # buckets pushed by hooks (the overlap), for tests and logs
         self.pushed_in_sync = 0  # buckets synchronize() had to push itself
 
+        initial = [torch.cat([p.detach().reshape(-1).float().cpu() for p in b.params]) for b in self.buckets]
+        kv.init(self.keys, initial)
         for b in self.buckets:
-            b.buffer = torch.empty(b.numel, dtype=torch.float32)
-            for p, s in b.slices():
-                b.buffer[s].copy_(p.detach().reshape(-1))
-        kv.init(self.keys, [b.buffer.clone() for b in self.buckets])
+            b.buffer = kv.buffer(b.key)  # shared with the servers on this machine: no copies in and out
         kv.pull(self.keys, [b.buffer for b in self.buckets])
         self._write_weights()
 
@@ -241,7 +240,7 @@ class PSSync:
                     buf[s].zero_()
                 else:
                     buf[s].copy_(p.grad.detach().reshape(-1))
-        self.kv.push(bucket.key, buf)  # copies the buffer before returning: it is reused for the pull
+        self.kv.push(bucket.key, buf)  # the servers may read the buffer until the pull in synchronize()
         bucket.pushed = True
 
     def _write_weights(self) -> None:
