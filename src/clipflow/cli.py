@@ -185,7 +185,11 @@ def cmd_data_scan(a: argparse.Namespace) -> int:
     classes = Path(a.classes).read_text().split() if a.classes else None
     results = {}
     for split, path in (("train", a.train_list), ("val", a.val_list)):
-        results[split] = scan(read_list(path), a.root, a.num_classes, workers=a.workers, desc=f"scan {split}")
+        Path(a.out_dir).mkdir(parents=True, exist_ok=True)
+        journal = Path(a.out_dir) / f"{split}.scan.jsonl"  # an interrupted scan resumes from it
+        results[split] = scan(
+            read_list(path), a.root, a.num_classes, workers=a.workers, desc=f"scan {split}", journal=journal
+        )
     manifest = write_index(results, a.out_dir, classes)
     for split, info in manifest["splits"].items():
         print(f"{split}: {info['videos']} videos kept, {info['failed']} failed")
@@ -196,11 +200,42 @@ def cmd_data_scan(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_data_frames(a: argparse.Namespace) -> int:
+    """One JSON line per video: the frames each clip of the recipe reads, and its crop."""
+    import numpy as np
+
+    from clipflow.data.sampling import gluoncv_frame_list
+    from clipflow.recipe import load_recipe
+    from clipflow.train.trainer import make_dataset
+
+    recipe = load_recipe(a.recipe, json.loads(a.overrides))
+    root = Path(a.root) if a.root else Path(a.list).parent
+    dataset = make_dataset(recipe, Path(a.list), root, a.mode, a.seed)
+    dataset.set_epoch(a.epoch)
+    for index, entry in enumerate(dataset.entries):
+        plan = dataset.plan(index)
+        record = {
+            "path": entry.path,
+            "label": entry.label,
+            "num_frames": entry.num_frames,
+            "offsets": plan.offsets,
+            "fast": plan.fast,
+            "slow": plan.slow,
+            "gluoncv_order": gluoncv_frame_list(
+                np.array(plan.offsets), int(entry.num_frames or 0), dataset.clip, plan.jitter
+            ),
+            "crop": dict(zip(("top", "left", "height", "width"), plan.box, strict=True)),
+            "flip": plan.flip,
+        }
+        print(json.dumps(record))
+    return 0
+
+
 def cmd_splits(a: argparse.Namespace) -> int:
     from clipflow.data.listfile import read_list, write_list
     from clipflow.data.splits import split_entries
 
-    parts = split_entries(read_list(a.list), a.num_workers, a.seed)
+    parts = split_entries(read_list(a.list), a.num_workers, a.seed, a.fill)
     for rank, part in enumerate(parts):
         write_list(Path(a.out_dir) / f"worker{rank}.lst", part)
     print(f"{len(parts)} worker lists of {len(parts[0])} videos each in {a.out_dir}")
@@ -431,12 +466,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out-dir", required=True)
     p.add_argument("--workers", type=int, default=2)
     p.set_defaults(func=cmd_data_scan)
+    p = data.add_parser("frames", help="print the frames and crop each clip of a recipe reads, a JSON line per video")
+    p.add_argument("list", help="a scanned list file (path num_frames label)")
+    p.add_argument("--recipe", required=True)
+    p.add_argument("--overrides", default="{}", help="recipe overrides as JSON")
+    p.add_argument("--mode", choices=["train", "val", "test"], default="train")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--epoch", type=int, default=1, help="training epoch (1-based, as the trainer counts)")
+    p.add_argument("--root", default="", help="folder the list's paths are relative to (default: the list's)")
+    p.set_defaults(func=cmd_data_frames)
 
     p = sub.add_parser("splits", help="one list per worker, all of the same length")
     p.add_argument("--list", required=True)
     p.add_argument("--num-workers", type=int, required=True)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", required=True)
+    p.add_argument("--fill", choices=["wrap", "drop"], default="wrap", help="when the list does not divide")
     p.set_defaults(func=cmd_splits)
 
     train = sub.add_parser("train", help="training").add_subparsers(dest="action", required=True)

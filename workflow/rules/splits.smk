@@ -9,6 +9,7 @@ rule splits:
     params:
         workers=NUM_WORKERS,
         seed=config["train"]["seed"],
+        fill=RECIPE["data"]["split_fill"],
         out=folder_of(0),
     log:
         f"{LOGS}/splits.log",
@@ -16,4 +17,5 @@ rule splits:
         "../../environment.yml"
     shell:
         "python -m clipflow splits --list {input:q} --num-workers {params.workers} --seed {params.seed}"
+        " --fill {params.fill}"
         " --out-dir {params.out:q} > {log:q} 2>&1"

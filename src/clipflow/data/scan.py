@@ -2,22 +2,30 @@
 
 The scan keeps the videos that decode from first to last frame and lists every
 other one with its reason in the manifest, so one bad file never stops a data set.
+With a journal, each probed video's result is appended to a JSON-lines file as soon
+as it is known, so a scan that is killed resumes without decoding those videos again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import IO
 
 from tqdm import tqdm
 
 from clipflow.data.listfile import VideoEntry, write_list
+from clipflow.errors import ClipflowError
 
 DECODE_CHUNK = 32
+MEASURED = ("num_frames", "fps", "duration", "width", "height", "error")  # what a journal line keeps of a probe
+
+Stamp = tuple[int, int] | None  # (size, mtime_ns) of a video file; None when it cannot be stat'ed
 
 
 @dataclass
@@ -27,9 +35,11 @@ class ScanResult:
     line: int
     num_frames: int = 0
     fps: float = 0.0
+    duration: float = 0.0  # seconds: num_frames / fps
     width: int = 0
     height: int = 0
     error: str | None = None
+    from_journal: bool = field(default=False, compare=False)  # taken from the journal instead of decoded
 
 
 def probe(path: Path) -> tuple[int, float, int, int]:
@@ -56,43 +66,119 @@ def probe(path: Path) -> tuple[int, float, int, int]:
     return total, float(reader.get_avg_fps()), int(width), int(height)
 
 
-def _scan_one(args: tuple[VideoEntry, str, int | None]) -> ScanResult:
-    entry, root, num_classes = args
+def _probe_entry(entry: VideoEntry, root: str) -> ScanResult:
+    """Decodes one video (in a worker process); a broken video becomes a result with its reason."""
     result = ScanResult(entry.path, entry.label, entry.line)
-    if num_classes is not None and not 0 <= entry.label < num_classes:
-        result.error = f"label {entry.label} out of range [0, {num_classes})"
-        return result
     try:
         result.num_frames, result.fps, result.width, result.height = probe(entry.resolve(root))
     except (OSError, ValueError) as exc:
         result.error = str(exc)
+    result.duration = result.num_frames / result.fps if result.fps > 0 else 0.0
     return result
 
 
+def _file_stamp(path: Path) -> Stamp:
+    """(size, mtime_ns) of a file, or None when missing: a journal result is reused only while this is unchanged."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
+def _journal_key(path: str, label: int, stamp: Stamp) -> tuple:
+    return path, label, stamp
+
+
+def _read_journal(journal: Path) -> dict[tuple, dict]:
+    """Journal lines by (path, label, stamp), the latest line winning.
+
+    A last line without its newline was torn by a killed scan: it is ignored and cut
+    off, so that the next append starts on a line of its own. Any other unreadable
+    line is an error, since the journal was then damaged some other way.
+    """
+    if not journal.exists():
+        return {}
+    data = journal.read_bytes()
+    complete = data[: data.rfind(b"\n") + 1]
+    if len(complete) < len(data):
+        with journal.open("r+b") as f:
+            f.truncate(len(complete))
+    known: dict[tuple, dict] = {}
+    for number, text in enumerate(complete.decode("utf-8", errors="replace").splitlines(), start=1):
+        try:
+            record = json.loads(text)
+            stamp = None if record["size"] is None else (record["size"], record["mtime_ns"])
+            known[_journal_key(record["path"], record["label"], stamp)] = {k: record[k] for k in MEASURED}
+        except (ValueError, KeyError, TypeError):
+            raise ClipflowError(
+                f"{journal} line {number}: not a scan journal record; delete the journal to scan from the start"
+            ) from None
+    return known
+
+
+def _append_journal(log: IO[str], result: ScanResult, stamp: Stamp) -> None:
+    """Appends one probed result and flushes it, so a kill loses at most the line being written."""
+    size, mtime_ns = stamp if stamp is not None else (None, None)
+    record = {"path": result.path, "label": result.label, "size": size, "mtime_ns": mtime_ns}
+    record.update({k: getattr(result, k) for k in MEASURED})
+    log.write(json.dumps(record) + "\n")
+    log.flush()
+
+
+def _open_journal(journal: Path | None) -> contextlib.AbstractContextManager[IO[str] | None]:
+    """The journal opened for appending (its folder made), or a stand-in yielding None when there is none."""
+    if journal is None:
+        return contextlib.nullcontext()
+    journal.parent.mkdir(parents=True, exist_ok=True)
+    return journal.open("a", encoding="utf-8")
+
+
 def scan(
-    entries: list[VideoEntry], root: str | Path, num_classes: int | None = None, workers: int = 1, desc: str = "scan"
+    entries: list[VideoEntry],
+    root: str | Path,
+    num_classes: int | None = None,
+    workers: int = 1,
+    desc: str = "scan",
+    journal: str | Path | None = None,
 ) -> list[ScanResult]:
-    """Scans entries in parallel processes, in list order; duplicated paths and labels out of range are failures."""
+    """Scans entries in parallel processes; results come in list order.
+
+    Duplicated paths and labels out of range are failures without decoding. With a
+    journal, every probed result is appended to it as soon as it is known, and results
+    it already holds for an unchanged file (same path, label, size and mtime) are
+    reused (marked from_journal) instead of decoding the video again.
+    """
+    journal = Path(journal) if journal is not None else None
+    known = _read_journal(journal) if journal is not None else {}
+    results: list[ScanResult | None] = [None] * len(entries)
+    todo: list[tuple[int, VideoEntry, Stamp]] = []
     seen: set[str] = set()
-    results: list[ScanResult] = []
-    todo: list[VideoEntry] = []
-    for e in entries:
+    for i, e in enumerate(entries):
         if e.path in seen:
-            results.append(ScanResult(e.path, e.label, e.line, error="duplicate entry"))
+            results[i] = ScanResult(e.path, e.label, e.line, error="duplicate entry")
+            continue
+        seen.add(e.path)
+        if num_classes is not None and not 0 <= e.label < num_classes:
+            results[i] = ScanResult(e.path, e.label, e.line, error=f"label {e.label} out of range [0, {num_classes})")
+            continue
+        stamp = _file_stamp(e.resolve(root))
+        measured = known.get(_journal_key(e.path, e.label, stamp))
+        if measured is not None:
+            results[i] = ScanResult(e.path, e.label, e.line, **measured, from_journal=True)
         else:
-            seen.add(e.path)
-            todo.append(e)
+            todo.append((i, e, stamp))
     disable = os.environ.get("CLIPFLOW_NO_PROGRESS") == "1"
-    with ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
-        scanned = list(
-            tqdm(
-                pool.map(_scan_one, [(e, str(root), num_classes) for e in todo], chunksize=4),
-                total=len(todo),
-                desc=desc,
-                disable=disable,
-            )
-        )
-    return scanned + results
+    with _open_journal(journal) as log, ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
+        pending = {pool.submit(_probe_entry, e, str(root)): (i, stamp) for i, e, stamp in todo}
+        for future in tqdm(
+            as_completed(pending), total=len(entries), initial=len(entries) - len(todo), desc=desc, disable=disable
+        ):
+            i, stamp = pending[future]
+            results[i] = future.result()
+            if log is not None:
+                _append_journal(log, results[i], stamp)
+    return results
 
 
 def write_index(splits: dict[str, list[ScanResult]], out_dir: str | Path, classes: list[str] | None) -> dict:
@@ -112,7 +198,11 @@ def write_index(splits: dict[str, list[ScanResult]], out_dir: str | Path, classe
             "frames_total": sum(frames),
             "sizes": sorted({f"{r.width}x{r.height}" for r in good}),
         }
-        manifest["failures"] += [{"split": split, **asdict(r)} for r in results if r.error is not None]
+        manifest["failures"] += [
+            {"split": split, **{k: v for k, v in asdict(r).items() if k != "from_journal"}}
+            for r in results
+            if r.error is not None
+        ]
     tmp = out / "manifest.json.tmp"
     tmp.write_text(json.dumps(manifest, indent=2), encoding="utf-8")
     tmp.replace(out / "manifest.json")

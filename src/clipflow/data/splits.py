@@ -1,31 +1,83 @@
-"""Split a training list into one list per worker, all of the same length.
+"""Split a training list into one list per worker, all of the same length, and walk a worker's part.
 
 Like MXNet's SplitSampler, each worker owns a contiguous part of the set, but the
-set is first shuffled from the seed, and when it does not divide by the number of
-workers the last parts are filled by wrapping to the start, so no worker runs out
-of batches before the others (the uneven last batch is what hangs dist_sync).
-Within its part, a worker reshuffles every epoch from (seed, epoch).
+set is first shuffled from the seed. When it does not divide by the number of
+workers, ``fill`` says what happens: ``wrap`` fills the last parts by wrapping to
+the start (every video is used), ``drop`` leaves the remainder out (no video twice).
+Either way no worker runs out of batches before the others (the uneven last batch is
+what hangs dist_sync). Within its part, a worker reshuffles every epoch from
+(seed, epoch): :class:`EpochSampler`, whose position a checkpoint saves so that a
+resumed epoch neither repeats nor skips a sample.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+
 import numpy as np
+from torch.utils.data import Sampler
 
 from clipflow.data.listfile import VideoEntry
 from clipflow.errors import ClipflowError
 
+FILLS = ("wrap", "drop")
 
-def split_entries(entries: list[VideoEntry], num_workers: int, seed: int) -> list[list[VideoEntry]]:
+
+def split_entries(entries: list[VideoEntry], num_workers: int, seed: int, fill: str = "wrap") -> list[list[VideoEntry]]:
     if num_workers < 1:
         raise ClipflowError(f"num_workers must be at least 1, got {num_workers}")
+    if fill not in FILLS:
+        raise ClipflowError(f"split fill must be one of {', '.join(FILLS)}, not {fill!r}")
     if len(entries) < num_workers:
         raise ClipflowError(f"{len(entries)} training videos cannot be split over {num_workers} workers")
     order = np.random.default_rng(seed).permutation(len(entries))
-    part = -(-len(entries) // num_workers)  # ceil: every video is in some part
-    wrapped = np.concatenate([order, order[: part * num_workers - len(order)]])
-    return [[entries[i] for i in wrapped[r * part : (r + 1) * part]] for r in range(num_workers)]
+    if fill == "wrap":
+        part = -(-len(entries) // num_workers)  # ceil: every video is in some part
+        order = np.concatenate([order, order[: part * num_workers - len(order)]])
+    else:
+        part = len(entries) // num_workers
+    return [[entries[i] for i in order[r * part : (r + 1) * part]] for r in range(num_workers)]
 
 
 def epoch_order(length: int, seed: int, epoch: int) -> np.ndarray:
     """The order a worker visits its part in `epoch`: the same on every host."""
     return np.random.default_rng([seed, epoch]).permutation(length)
+
+
+class EpochSampler(Sampler[int]):
+    """A worker's indices for one epoch: its part in :func:`epoch_order`, the first ``limit`` of them,
+    from ``position`` on (0, or where :meth:`resume` put it)."""
+
+    def __init__(self, length: int, seed: int, limit: int | None = None) -> None:
+        if length < 1:
+            raise ClipflowError(f"a worker's part must hold at least one video, got {length}")
+        self.length, self.seed = length, seed
+        self.limit = length if limit is None else min(limit, length)
+        self.epoch, self.position = 0, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start ``epoch`` from its beginning (unless :meth:`resume` names this epoch afterwards)."""
+        self.epoch, self.position = epoch, 0
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(epoch_order(self.length, self.seed, self.epoch)[self.position : self.limit].tolist())
+
+    def __len__(self) -> int:
+        return self.limit - self.position
+
+    def state(self, consumed: int) -> dict[str, int]:
+        """What a checkpoint keeps after ``consumed`` samples of this epoch went through training."""
+        return {"epoch": self.epoch, "position": self.position + consumed, "length": self.length, "seed": self.seed}
+
+    def resume(self, state: Mapping[str, int]) -> None:
+        """Continue the epoch of a checkpoint's :meth:`state` at the sample after the last one trained."""
+        for name in ("length", "seed"):
+            if state.get(name) != getattr(self, name):
+                raise ClipflowError(
+                    f"cannot resume the sampler: the checkpoint's {name} is {state.get(name)!r}, "
+                    f"this run's {getattr(self, name)!r} (another split or seed)"
+                )
+        position = state.get("position")
+        if not isinstance(position, int) or not 0 <= position <= self.limit:
+            raise ClipflowError(f"cannot resume the sampler at position {position!r}: the epoch has {self.limit}")
+        self.epoch, self.position = int(state["epoch"]), position

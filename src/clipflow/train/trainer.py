@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader
 
 from clipflow.data.dataset import SlowFastClips
 from clipflow.data.sampling import ClipSpec
-from clipflow.data.splits import epoch_order
+from clipflow.data.splits import EpochSampler
 from clipflow.data.transforms import TransformSpec
 from clipflow.errors import ClipflowError
 from clipflow.models import build_model
@@ -63,7 +63,12 @@ class WorkerPaths:
 def clip_spec(recipe: dict) -> ClipSpec:
     d = recipe["data"]
     return ClipSpec(
-        d["new_length"], d["new_step"], d["num_segments"], d["fast_temporal_stride"], d["slow_temporal_stride"]
+        d["new_length"],
+        d["new_step"],
+        d["num_segments"],
+        d["fast_temporal_stride"],
+        d["slow_temporal_stride"],
+        d["temporal_jitter"],
     )
 
 
@@ -112,6 +117,7 @@ class Trainer:
                 f"{shard} has {len(self.dataset)} videos, fewer than one batch of {self.batch_size}; "
                 "lower train.batch_size or use fewer workers"
             )
+        self.sampler = EpochSampler(len(self.dataset), seed, self.iters_per_epoch * self.batch_size)
         global_batch = self.batch_size * self.num_workers
         self.lr = scaled_lr(t["base_lr"], t["base_batch"], global_batch)
         self.schedule = Schedule(
@@ -230,11 +236,11 @@ class Trainer:
         for epoch in range(start_epoch + 1, self.epochs + 1):
             self.model.train()
             self.dataset.set_epoch(epoch)
-            order = epoch_order(len(self.dataset), self.seed, epoch)[: self.iters_per_epoch * self.batch_size]
+            self.sampler.set_epoch(epoch)
             loader = DataLoader(
                 self.dataset,
                 batch_size=self.batch_size,
-                sampler=order.tolist(),
+                sampler=self.sampler,
                 drop_last=True,
                 num_workers=self.recipe["train"]["loader_workers"],
             )

@@ -1,0 +1,378 @@
+"""Optional re-encode stage: every video to one size, one constant frame rate and a fixed keyframe spacing.
+
+Decoding cost in training depends on the source files: large frames, variable frame
+rates and long keyframe distances make random clip access slow. Re-encoding once to
+a short side of 256 (or GluonCV's fixed 340x256), 30 frames per second and H.264
+with a keyframe every 16 frames makes every clip cheap to seek to and decode.
+
+Frame rate conversion follows ffmpeg's fps filter: output frame k shows the input
+frame whose timestamp is the latest one at or before k / fps, so frames are repeated
+when the source is slower and dropped when it is faster, and the duration is kept.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass
+from fractions import Fraction
+from pathlib import Path, PurePosixPath
+
+import av
+from av.video.frame import PictureType
+from tqdm import tqdm
+
+from clipflow.errors import ClipflowError
+
+X264_PRESETS = (
+    "ultrafast",
+    "superfast",
+    "veryfast",
+    "faster",
+    "fast",
+    "medium",
+    "slow",
+    "slower",
+    "veryslow",
+    "placebo",
+)
+JOURNAL = "reencode.jsonl"  # in dst_root: one JSON line per finished output, the last line for a path wins
+RECORD_KEYS = {"dst", "spec", "frames", "size"}
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class ReencodeSpec:
+    """What every output looks like. Without width and height the short side is scaled to `short_side`
+    keeping the aspect ratio; with them every output is exactly width x height (GluonCV's Kinetics
+    preparation uses 340x256), whatever the source's aspect ratio."""
+
+    short_side: int = 256
+    width: int | None = None
+    height: int | None = None
+    fps: int | float = 30
+    keyframe_interval: int = 16
+    crf: int = 23
+    preset: str = "veryfast"
+
+    def __post_init__(self) -> None:
+        if not _is_int(self.short_side) or self.short_side <= 0 or self.short_side % 2:
+            raise ClipflowError(
+                f"reencode short_side must be a positive even integer (yuv420p needs even sizes), "
+                f"got {self.short_side!r}"
+            )
+        if (self.width is None) != (self.height is None):
+            raise ClipflowError(
+                f"reencode width and height must be given together or not at all, got width={self.width!r} "
+                f"height={self.height!r}"
+            )
+        for name in ("width", "height"):
+            value = getattr(self, name)
+            if value is not None and (not _is_int(value) or value <= 0 or value % 2):
+                raise ClipflowError(f"reencode {name} must be a positive even integer, got {value!r}")
+        if not _is_number(self.fps) or not 0 < self.fps < math.inf or not self.rate:
+            raise ClipflowError(f"reencode fps must be a positive number, got {self.fps!r}")
+        if not _is_int(self.keyframe_interval) or self.keyframe_interval < 1:
+            raise ClipflowError(f"reencode keyframe_interval must be an integer >= 1, got {self.keyframe_interval!r}")
+        if not _is_int(self.crf) or not 0 <= self.crf <= 51:
+            raise ClipflowError(f"reencode crf must be an integer from 0 (lossless) to 51, got {self.crf!r}")
+        if self.preset not in X264_PRESETS:
+            raise ClipflowError(f"reencode preset {self.preset!r} is not an x264 preset; use one of {X264_PRESETS}")
+
+    @property
+    def rate(self) -> Fraction:
+        """The frame rate as an exact fraction; 29.97002997 becomes NTSC's 30000/1001."""
+        return Fraction(self.fps).limit_denominator(1001)
+
+    def output_size(self, width: int, height: int) -> tuple[int, int]:
+        """(width, height) of the output for a source of width x height; both even."""
+        if self.width is not None and self.height is not None:
+            return self.width, self.height
+        if width <= 0 or height <= 0:
+            raise ValueError(f"video has no picture size ({width}x{height})")
+        scale = self.short_side / min(width, height)
+        long_side = max(2, round(max(width, height) * scale / 2) * 2)
+        return (long_side, self.short_side) if width >= height else (self.short_side, long_side)
+
+
+@dataclass
+class ReencodeResult:
+    src: str
+    dst: str
+    status: str  # "done", "skipped" (up to date) or "failed"
+    frames: int = 0  # frames in the output
+    width: int = 0
+    height: int = 0
+    error: str | None = None  # why it failed, for status "failed"
+    seconds: float = 0.0  # time spent encoding
+
+
+def _frame_time(frame: av.VideoFrame, previous: Fraction | None, step: Fraction) -> Fraction:
+    """Presentation time of a decoded frame in seconds; a frame without a timestamp follows the previous one."""
+    if frame.pts is not None and frame.time_base is not None:
+        return frame.pts * Fraction(frame.time_base)
+    return Fraction(0) if previous is None else previous + step
+
+
+def _frame_duration(frame: av.VideoFrame, step: Fraction) -> Fraction:
+    """How long a frame is shown, in seconds: its own duration when the container has one, else step."""
+    if frame.duration and frame.time_base is not None:
+        return frame.duration * Fraction(frame.time_base)
+    return step
+
+
+def _timed_frames(container: av.container.InputContainer) -> Iterator[tuple[av.VideoFrame, Fraction]]:
+    """(frame, end) for every decoded frame of the first video stream in order, where end is the time in
+    seconds, from the first frame, at which the next frame replaces it; the last one lasts its own duration."""
+    stream = container.streams.video[0]
+    step = 1 / Fraction(stream.average_rate or stream.guessed_rate or 25)
+    pending: av.VideoFrame | None = None
+    origin = previous = None
+    for frame in container.decode(stream):
+        t = _frame_time(frame, previous, step)
+        if pending is None:
+            origin = t
+        else:
+            yield pending, t - origin
+        pending, previous = frame, t
+    if pending is not None:
+        yield pending, previous - origin + _frame_duration(pending, step)
+
+
+def _open_input(src: Path) -> av.container.InputContainer:
+    """Opens src for decoding; raises with a one-line reason for a missing, empty or unreadable file."""
+    if not src.exists():
+        raise FileNotFoundError("file not found")
+    if src.stat().st_size == 0:
+        raise ValueError("empty file (0 bytes)")
+    try:
+        container = av.open(str(src))
+    except av.FFmpegError as exc:
+        raise ValueError(f"cannot open as a video: {exc.strerror or exc}") from None
+    if not container.streams.video:
+        container.close()
+        raise ValueError("no video stream")
+    return container
+
+
+def _add_video_stream(
+    out: av.container.OutputContainer, spec: ReencodeSpec, width: int, height: int, threads: int
+) -> av.VideoStream:
+    """H.264 yuv420p stream with a keyframe exactly every spec.keyframe_interval frames.
+
+    gop_size ("g") alone is only the longest keyframe distance: x264 also starts a new
+    GOP wherever it detects a scene cut. sc_threshold 0 turns that detection off, so
+    keyframes fall exactly on multiples of the interval; keyint_min is raised along
+    (x264 caps it at half the interval plus one) so no other rule places one earlier.
+    """
+    stream = out.add_stream("libx264", rate=spec.rate)
+    stream.width, stream.height = width, height
+    stream.pix_fmt = "yuv420p"
+    stream.codec_context.gop_size = spec.keyframe_interval
+    stream.codec_context.thread_count = threads
+    interval = str(spec.keyframe_interval)
+    stream.options = {
+        "crf": str(spec.crf),
+        "preset": spec.preset,
+        "g": interval,
+        "keyint_min": interval,
+        "sc_threshold": "0",
+    }
+    return stream
+
+
+def _encode(src: Path, tmp: Path, spec: ReencodeSpec, threads: int) -> tuple[int, int, int]:
+    """Decodes src and writes the re-encoded video (video stream only) to tmp; returns (frames, width, height)."""
+    rate = spec.rate
+    time_base = 1 / rate
+    written = decoded = 0
+    with _open_input(src) as source, av.open(str(tmp), mode="w", format="mp4") as out:
+        source.streams.video[0].thread_type = "AUTO"
+        source.streams.video[0].codec_context.thread_count = threads
+        expected = source.streams.video[0].frames  # from the container's index; 0 when it has none
+        stream = None
+        for frame, end in _timed_frames(source):
+            decoded += 1
+            if stream is None:
+                width, height = spec.output_size(frame.width, frame.height)
+                stream = _add_video_stream(out, spec, width, height, threads)
+            # output frame k shows this frame while k / fps < end; the frame before ended where this
+            # one starts, so the first such k is the next one to write
+            last = math.ceil(end * rate)
+            if written >= last:
+                continue  # dropped: no output time falls in this frame's span
+            picture = frame.reformat(width, height, format="yuv420p", interpolation="BICUBIC")
+            picture.time_base = time_base
+            # a decoded frame keeps its source picture type, and libx264 turns a source I frame into a
+            # forced keyframe; clearing it leaves keyframe placement to the interval alone
+            picture.pict_type = PictureType.NONE
+            for k in range(written, last):
+                picture.pts = k
+                out.mux(stream.encode(picture))
+            written = last
+        if stream is None:
+            raise ValueError("no video frames")
+        if decoded < expected:
+            raise ValueError(f"truncated: decoded {decoded} of the {expected} frames its index lists")
+        out.mux(stream.encode())
+    return written, width, height
+
+
+def reencode(src: str | Path, dst: str | Path, spec: ReencodeSpec, threads: int = 0) -> ReencodeResult:
+    """Re-encodes src to dst (mp4) as spec says, without audio; raises OSError or ValueError with the reason
+    when src cannot be read to its end.
+
+    The output is written to `dst.part` and renamed to dst only when complete, so an interrupted
+    run never leaves a partial file under dst's name. threads is the encoder's thread count
+    (0: as many as fit the machine); use 1 when several videos are encoded in parallel.
+    """
+    src, dst = Path(src), Path(dst)
+    began = time.perf_counter()
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(dst.name + ".part")
+    try:
+        frames, width, height = _encode(src, tmp, spec, threads)
+    except av.FFmpegError as exc:
+        tmp.unlink(missing_ok=True)
+        raise ValueError(f"re-encoding failed: {exc.strerror or exc}") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    tmp.replace(dst)
+    return ReencodeResult(str(src), str(dst), "done", frames, width, height, seconds=time.perf_counter() - began)
+
+
+def _output_rel(path: str) -> PurePosixPath:
+    """The output's path relative to dst_root: the input's relative path with extension .mp4."""
+    rel = PurePosixPath(Path(path).as_posix())
+    if rel.is_absolute() or ".." in rel.parts or not rel.name:
+        raise ValueError(f"path {path!r} must be relative to the source root, without '..'")
+    return rel.with_suffix(".mp4")
+
+
+def _read_journal(dst_root: Path) -> dict[str, dict]:
+    """{output path: record} from the journal; lines cut short by a killed run are ignored."""
+    records: dict[str, dict] = {}
+    path = dst_root / JOURNAL
+    if not path.exists():
+        return records
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and RECORD_KEYS <= record.keys():
+            records[record["dst"]] = record
+    return records
+
+
+def _write_journal(dst_root: Path, records: dict[str, dict]) -> None:
+    """Rewrites the journal with one line per output, dropping the lines later ones replaced."""
+    tmp = dst_root / (JOURNAL + ".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in records.values()), encoding="utf-8")
+    tmp.replace(dst_root / JOURNAL)
+
+
+def _is_up_to_date(src: Path, dst: Path, record: dict | None, spec: ReencodeSpec) -> bool:
+    """dst exists, is not older than src and was made with this spec."""
+    if record is None or record.get("spec") != asdict(spec) or not dst.exists() or not src.exists():
+        return False
+    return dst.stat().st_mtime_ns >= src.stat().st_mtime_ns
+
+
+def _reencode_one(args: tuple[str, str, ReencodeSpec, int]) -> ReencodeResult:
+    """reencode() for one tree entry in a worker process, turning a failure into a result."""
+    src, dst, spec, threads = args
+    try:
+        return reencode(src, dst, spec, threads)
+    except (OSError, ValueError) as exc:
+        return ReencodeResult(src, dst, "failed", error=str(exc).splitlines()[0][:300])
+
+
+def reencode_tree(
+    entries: Iterable[object],
+    src_root: str | Path,
+    dst_root: str | Path,
+    spec: ReencodeSpec,
+    workers: int = 1,
+) -> list[ReencodeResult]:
+    """Re-encodes every entry under src_root to the same relative path under dst_root, extension .mp4.
+
+    entries are relative paths (str or Path) or objects with a `.path`, like VideoEntry. Results
+    come in entry order. An output that exists, is not older than its input and was made with
+    the same spec (recorded in dst_root/reencode.jsonl) is skipped, so a rerun only does what is
+    missing or stale. A failing input is reported in its result and never stops the others.
+    """
+    src_root, dst_root = Path(src_root), Path(dst_root)
+    dst_root.mkdir(parents=True, exist_ok=True)
+    journal = _read_journal(dst_root)
+    results: list[ReencodeResult | None] = []
+    jobs: dict[int, tuple[str, str, ReencodeSpec, int]] = {}
+    taken: dict[str, str] = {}
+    threads = 1 if workers > 1 else 0
+    for entry in entries:
+        path = str(getattr(entry, "path", entry))
+        src = src_root / path
+        try:
+            rel = _output_rel(path)
+        except ValueError as exc:
+            results.append(ReencodeResult(str(src), "", "failed", error=str(exc)))
+            continue
+        dst = dst_root / rel
+        if str(rel) in taken:
+            error = f"output {rel} is already made from {taken[str(rel)]}"
+            results.append(ReencodeResult(str(src), str(dst), "failed", error=error))
+            continue
+        taken[str(rel)] = path
+        record = journal.get(str(rel))
+        if _is_up_to_date(src, dst, record, spec):
+            results.append(ReencodeResult(str(src), str(dst), "skipped", record["frames"], *record["size"]))
+            continue
+        jobs[len(results)] = (str(src), str(dst), spec, threads)
+        results.append(None)
+    _run_jobs(jobs, spec, results, journal, dst_root, workers)
+    return results
+
+
+def _run_jobs(
+    jobs: dict[int, tuple[str, str, ReencodeSpec, int]],
+    spec: ReencodeSpec,
+    results: list[ReencodeResult | None],
+    journal: dict[str, dict],
+    dst_root: Path,
+    workers: int,
+) -> None:
+    """Runs the jobs in parallel processes, filling results[index] and appending each success to the journal
+    as it finishes, so a killed run keeps what it completed."""
+    disable = os.environ.get("CLIPFLOW_NO_PROGRESS") == "1"
+    with (
+        ProcessPoolExecutor(max_workers=max(1, workers)) as pool,
+        open(dst_root / JOURNAL, "a", encoding="utf-8") as log,
+    ):
+        futures = {pool.submit(_reencode_one, job): index for index, job in jobs.items()}
+        for future in tqdm(as_completed(futures), total=len(futures), desc="reencode", disable=disable):
+            result = future.result()
+            results[futures[future]] = result
+            if result.status == "done":
+                rel = Path(result.dst).relative_to(dst_root).as_posix()
+                record = {
+                    "dst": rel,
+                    "spec": asdict(spec),
+                    "frames": result.frames,
+                    "size": [result.width, result.height],
+                }
+                journal[rel] = record
+                log.write(json.dumps(record) + "\n")
+                log.flush()
+    _write_journal(dst_root, journal)
