@@ -186,6 +186,7 @@ def scenario_sync(kv: KVStore) -> dict:
     other = {k: torch.randn(v.shape, generator=torch.Generator().manual_seed(k)) for k, v in saved.items()}
     kv.load_optimizer_states(other)
     back = kv.save_optimizer_states()
+    kv.barrier()  # everyone has read the loaded values before rank 0 restores the saved ones
     facts["roundtrip_keys"] = [sorted(saved), sorted(back)]
     facts["roundtrip_equal"] = all(torch.equal(back[k], other[k]) for k in other)
     kv.load_optimizer_states(saved)
