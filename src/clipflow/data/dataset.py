@@ -91,7 +91,7 @@ class SlowFastClips(Dataset):
         frames_total = int(entry.num_frames or 0)
         rng = np.random.default_rng([self.seed, self.epoch, index])
         offsets = offsets_for(self.mode, frames_total, self.clip, rng)
-        jitter = skip_offsets(self.clip, rng if self.mode == "train" else None)
+        jitter = skip_offsets(self.clip, rng) if self.clip.temporal_jitter and self.mode == "train" else None
         fast, slow = slowfast_indices(offsets, frames_total, self.clip, jitter)
         height, width = self.new_height, self.new_width
         if self.mode == "train":
@@ -99,8 +99,7 @@ class SlowFastClips(Dataset):
             flip = self.transform.random_flip and bool(rng.integers(2))
         else:
             box, flip = center_crop_box(height, width, self.transform.input_size), False
-        jittered = [int(j) for j in jitter] if self.clip.temporal_jitter and self.mode == "train" else None
-        return ClipPlan([int(o) for o in offsets], jittered, fast, slow, box, flip)
+        return ClipPlan([int(o) for o in offsets], jitter, fast, slow, box, flip)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor, int]:
         entry = self.entries[index]

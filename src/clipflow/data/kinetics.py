@@ -17,6 +17,7 @@ from pathlib import Path
 
 from clipflow.data.listfile import VideoEntry
 from clipflow.errors import ClipflowError
+from clipflow.files import write_text_atomic
 
 REQUIRED_COLUMNS = ("youtube_id", "time_start", "time_end", "split")
 SPLITS = ("train", "val", "test")
@@ -117,11 +118,7 @@ def class_names(rows: list[KineticsRow]) -> list[str]:
 
 def write_classes(path: str | Path, classes: list[str]) -> None:
     """Writes one class name per line (line number - 1 = index), atomically."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text("".join(f"{name}\n" for name in classes), encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(path, "".join(f"{name}\n" for name in classes))
 
 
 def read_classes(path: str | Path) -> list[str]:

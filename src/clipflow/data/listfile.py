@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clipflow.errors import ClipflowError
+from clipflow.files import write_text_atomic
 
 
 @dataclass(frozen=True)
@@ -64,13 +65,9 @@ def read_list(path: str | Path, num_classes: int | None = None) -> list[VideoEnt
 
 def write_list(path: str | Path, entries: list[VideoEntry]) -> None:
     """Writes GluonCV's format (`path num_frames label`); every entry must have its frame count."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     lines = []
     for e in entries:
         if e.num_frames is None:
             raise ValueError(f"{e.path} has no frame count; scan the videos first")
         lines.append(f"{e.path} {e.num_frames} {e.label}\n")
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text("".join(lines), encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(path, "".join(lines))

@@ -27,6 +27,7 @@ from av.video.frame import PictureType
 from tqdm import tqdm
 
 from clipflow.errors import ClipflowError
+from clipflow.files import append_record, journal_lines, require_nonempty_file, write_text_atomic
 
 X264_PRESETS = (
     "ultrafast",
@@ -152,10 +153,7 @@ def _timed_frames(container: av.container.InputContainer) -> Iterator[tuple[av.V
 
 def _open_input(src: Path) -> av.container.InputContainer:
     """Opens src for decoding; raises with a one-line reason for a missing, empty or unreadable file."""
-    if not src.exists():
-        raise FileNotFoundError("file not found")
-    if src.stat().st_size == 0:
-        raise ValueError("empty file (0 bytes)")
+    require_nonempty_file(src)
     try:
         container = av.open(str(src))
     except av.FFmpegError as exc:
@@ -264,24 +262,15 @@ def _output_rel(path: str) -> PurePosixPath:
 def _read_journal(dst_root: Path) -> dict[str, dict]:
     """{output path: record} from the journal; lines cut short by a killed run are ignored."""
     records: dict[str, dict] = {}
-    path = dst_root / JOURNAL
-    if not path.exists():
-        return records
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(record, dict) and RECORD_KEYS <= record.keys():
+    for _, record in journal_lines(dst_root / JOURNAL):
+        if record is not None and RECORD_KEYS <= record.keys():
             records[record["dst"]] = record
     return records
 
 
 def _write_journal(dst_root: Path, records: dict[str, dict]) -> None:
     """Rewrites the journal with one line per output, dropping the lines later ones replaced."""
-    tmp = dst_root / (JOURNAL + ".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in records.values()), encoding="utf-8")
-    tmp.replace(dst_root / JOURNAL)
+    write_text_atomic(dst_root / JOURNAL, "".join(json.dumps(r) + "\n" for r in records.values()))
 
 
 def _is_up_to_date(src: Path, dst: Path, record: dict | None, spec: ReencodeSpec) -> bool:
@@ -373,6 +362,5 @@ def _run_jobs(
                     "size": [result.width, result.height],
                 }
                 journal[rel] = record
-                log.write(json.dumps(record) + "\n")
-                log.flush()
+                append_record(log, record)
     _write_journal(dst_root, journal)

@@ -99,11 +99,9 @@ def offsets_for(mode: str, num_frames: int, spec: ClipSpec, rng: np.random.Gener
     raise ClipflowError(f"sampling mode must be one of {', '.join(MODES)}, not {mode!r}")
 
 
-def skip_offsets(spec: ClipSpec, rng: np.random.Generator | None) -> np.ndarray:
-    """Per position of the span, how many frames later it reads: 0, or random below new_step with jitter."""
-    if spec.temporal_jitter and rng is not None:
-        return rng.integers(spec.new_step, size=spec.new_length)
-    return np.zeros(spec.new_length, dtype=np.int64)
+def skip_offsets(spec: ClipSpec, rng: np.random.Generator) -> list[int]:
+    """Temporal jitter: per position of the span, how many frames later it reads (random below new_step)."""
+    return [int(j) for j in rng.integers(spec.new_step, size=spec.new_length)]
 
 
 def span_indices(offset: int, num_frames: int, spec: ClipSpec, jitter: Sequence[int] | None = None) -> list[int]:

@@ -21,6 +21,7 @@ from tqdm import tqdm
 
 from clipflow.data.listfile import VideoEntry, write_list
 from clipflow.errors import ClipflowError
+from clipflow.files import append_record, journal_lines, require_nonempty_file, write_text_atomic
 
 DECODE_CHUNK = 32
 MEASURED = ("num_frames", "fps", "duration", "width", "height", "error")  # what a journal line keeps of a probe
@@ -46,10 +47,7 @@ def probe(path: Path) -> tuple[int, float, int, int]:
     """(frames, fps, width, height) after decoding every frame; raises with the reason when it cannot."""
     import decord  # imported here: decord's import is slow and only scans need it
 
-    if not path.exists():
-        raise FileNotFoundError("file not found")
-    if path.stat().st_size == 0:
-        raise ValueError("empty file (0 bytes)")
+    require_nonempty_file(path)
     try:
         reader = decord.VideoReader(str(path), ctx=decord.cpu(0), num_threads=1)
     except Exception as exc:  # decord raises its own DECORDError and RuntimeError
@@ -97,20 +95,12 @@ def _read_journal(journal: Path) -> dict[tuple, dict]:
     off, so that the next append starts on a line of its own. Any other unreadable
     line is an error, since the journal was then damaged some other way.
     """
-    if not journal.exists():
-        return {}
-    data = journal.read_bytes()
-    complete = data[: data.rfind(b"\n") + 1]
-    if len(complete) < len(data):
-        with journal.open("r+b") as f:
-            f.truncate(len(complete))
     known: dict[tuple, dict] = {}
-    for number, text in enumerate(complete.decode("utf-8", errors="replace").splitlines(), start=1):
+    for number, record in journal_lines(journal):
         try:
-            record = json.loads(text)
             stamp = None if record["size"] is None else (record["size"], record["mtime_ns"])
             known[_journal_key(record["path"], record["label"], stamp)] = {k: record[k] for k in MEASURED}
-        except (ValueError, KeyError, TypeError):
+        except (KeyError, TypeError):
             raise ClipflowError(
                 f"{journal} line {number}: not a scan journal record; delete the journal to scan from the start"
             ) from None
@@ -118,12 +108,10 @@ def _read_journal(journal: Path) -> dict[tuple, dict]:
 
 
 def _append_journal(log: IO[str], result: ScanResult, stamp: Stamp) -> None:
-    """Appends one probed result and flushes it, so a kill loses at most the line being written."""
+    """Appends one probed result with the file's stamp."""
     size, mtime_ns = stamp if stamp is not None else (None, None)
     record = {"path": result.path, "label": result.label, "size": size, "mtime_ns": mtime_ns}
-    record.update({k: getattr(result, k) for k in MEASURED})
-    log.write(json.dumps(record) + "\n")
-    log.flush()
+    append_record(log, {**record, **{k: getattr(result, k) for k in MEASURED}})
 
 
 def _open_journal(journal: Path | None) -> contextlib.AbstractContextManager[IO[str] | None]:
@@ -203,7 +191,5 @@ def write_index(splits: dict[str, list[ScanResult]], out_dir: str | Path, classe
             for r in results
             if r.error is not None
         ]
-    tmp = out / "manifest.json.tmp"
-    tmp.write_text(json.dumps(manifest, indent=2), encoding="utf-8")
-    tmp.replace(out / "manifest.json")
+    write_text_atomic(out / "manifest.json", json.dumps(manifest, indent=2))
     return manifest

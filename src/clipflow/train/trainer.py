@@ -28,6 +28,7 @@ from clipflow.data.sampling import ClipSpec
 from clipflow.data.splits import EpochSampler
 from clipflow.data.transforms import TransformSpec
 from clipflow.errors import ClipflowError
+from clipflow.files import write_text_atomic
 from clipflow.models import build_model
 from clipflow.train.checkpoint import CheckpointStore, atomic_save
 from clipflow.train.faults import FaultInjector
@@ -226,10 +227,7 @@ class Trainer:
                 if ln.strip() and json.loads(ln)["epoch"] <= resumed_epoch
             ]
         lines.append(json.dumps(record))
-        self.history_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.history_path.with_suffix(".tmp")
-        tmp.write_text("\n".join(lines) + "\n")
-        tmp.replace(self.history_path)
+        write_text_atomic(self.history_path, "\n".join(lines) + "\n")
 
     def run(self) -> None:
         start_epoch, step = self._resume_state()
