@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +27,15 @@ def tiny_videos(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("synthetic")
     generate(out, SyntheticSpec(num_train=16, num_val=8, min_frames=24, max_frames=40, short_side=64), workers=2)
     return out
+
+
+def copy_workflow(work: Path) -> Path:
+    """A copy of the workflow (Snakefile, config, rules, recipes) in ``work``, for a real Snakemake run there."""
+    for name in ("Snakefile", "config.yaml", "environment.yml", "workflow", "recipes"):
+        src = REPO / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, work / name)
+    (work / "profiles").symlink_to("workflow/profiles")
+    return work
 
 
 def clipflow(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -32,3 +32,15 @@ def test_overlap_runs_both_modes() -> None:
     figures = last_json("bench/overlap.py", "--steps", "1", "--warmup", "0", "--batch", "2")
     assert figures["bench"] == "overlap" and figures["local_step_ms"] > 0 and figures["ps_step_ms"] > 0
     assert figures["buckets_pushed_in_backward"] > 0
+
+
+def test_loader_bench_runs_every_figure() -> None:
+    figures = last_json("bench/loader.py", "--quick")
+    assert figures["bench"] == "loader"
+    for run in ("before", "after"):
+        assert figures[f"{run}_loader_clips_per_s"] > 0 and figures[f"{run}_limit_clips_per_s"] > 0, figures
+        assert figures[f"{run}_ratio"] > 0 and figures[f"{run}_limit_frames_per_clip"] >= 1
+    assert figures["after_keyframe_distance"] == 16 and figures["after_workers2_loader_clips_per_s"] > 0
+    for process in ("after_rss_main", "after_workers2_rss_worker0", "after_workers2_rss_worker1"):
+        assert figures[f"{process}_last_mib"] > 0 and f"{process}_slope_mib_per_1000" in figures, figures
+    assert figures["decord_readers_rss_last_mib"] > 0

@@ -173,3 +173,25 @@ def test_missing_inputs_are_named(tmp_path):
         read_annotations(tmp_path / "nope.csv")
     with pytest.raises(ClipflowError, match=r"class-index file .*nope\.txt does not exist"):
         read_classes(tmp_path / "nope.txt")
+
+
+def test_list_paths_may_hold_spaces_as_kinetics_label_folders_do(tmp_path):
+    from clipflow.data.listfile import read_list, write_labels, write_list
+
+    entries = [
+        VideoEntry("passing American football (in game)/-abc_000014_000024.mp4", 3, None, 1),
+        VideoEntry("cooking, sausages/a  b.mkv", 1, None, 2),
+        VideoEntry("tàijí quán/x.mp4", 0, None, 3),
+        VideoEntry("plain.mp4", 2, None, 4),
+    ]
+    write_labels(tmp_path / "short.txt", entries)
+    assert read_list(tmp_path / "short.txt") == entries
+    write_list(tmp_path / "long.lst", [VideoEntry(e.path, e.label, 10 + e.label, e.line) for e in entries])
+    assert [(e.path, e.num_frames, e.label) for e in read_list(tmp_path / "long.lst")] == [
+        (e.path, 10 + e.label, e.label) for e in entries
+    ]
+    # a path with spaces must end in an extension: else the extra fields are the error they look like
+    for text, message in [("a.mp4 x 3\n", "label and frame count must be integers"), ("a.mp4 1 2 3\n", "4 fields")]:
+        write(tmp_path / "bad.lst", text)
+        with pytest.raises(ClipflowError, match=message):
+            read_list(tmp_path / "bad.lst")

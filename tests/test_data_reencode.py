@@ -216,3 +216,25 @@ def test_tree_reports_each_bad_input_and_finishes_the_good_ones(tmp_path, source
     assert "must be relative to the source root" in by_name["up.mp4"].error
     assert sorted(p.name for p in dst_root.iterdir()) == ["good.mp4", JOURNAL]
     assert decord.VideoReader(str(dst_root / "good.mp4")).get_avg_fps() == 30
+
+
+def test_tree_removes_an_output_whose_source_now_fails_and_keeps_one_whose_source_is_gone(tmp_path, source):
+    src_root, dst_root = tmp_path / "src", tmp_path / "dst"
+    src_root.mkdir()
+    for name in ("a.mp4", "b.mp4"):
+        (src_root / name).write_bytes(source.read_bytes())
+    spec = ReencodeSpec(short_side=64)
+    assert [r.status for r in reencode_tree(["a.mp4", "b.mp4"], src_root, dst_root, spec)] == ["done", "done"]
+
+    (src_root / "a.mp4").write_text("replaced by something that is no video\n")
+    later = (dst_root / "a.mp4").stat().st_mtime_ns + 10**9
+    os.utime(src_root / "a.mp4", ns=(later, later))
+    (src_root / "b.mp4").unlink()  # e.g. a source folder not mounted: its output must survive
+    results = reencode_tree(["a.mp4", "b.mp4"], src_root, dst_root, spec)
+
+    assert [(r.status, r.error) for r in results] == [
+        ("failed", "cannot open as a video: Invalid data found when processing input"),
+        ("failed", "file not found"),
+    ]
+    assert not (dst_root / "a.mp4").exists() and (dst_root / "b.mp4").exists()
+    assert [json.loads(x)["dst"] for x in (dst_root / JOURNAL).read_text().splitlines()] == ["b.mp4"]

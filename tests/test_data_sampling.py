@@ -49,13 +49,17 @@ def read_counters(frames: np.ndarray) -> list[int]:
     return [sum(int(bits[b][t]) << b for b in range(BITS)) for t in range(len(frames))]
 
 
+def numbered_set(root: Path, lengths: dict[str, int], frames_of) -> Path:
+    """Videos ``name`` of ``count`` frames ``frames_of(count)`` (keyframe every 16) and their list ``all.lst``."""
+    for name, count in lengths.items():
+        write_video(root / name, frames_of(count), fps=30, keyframe_interval=16)
+    write_list(root / "all.lst", [VideoEntry(n, i, c) for i, (n, c) in enumerate(lengths.items())])
+    return root
+
+
 @pytest.fixture(scope="module")
 def counter_set(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("counters")
-    for name, count in LENGTHS.items():
-        write_video(root / name, counter_frames(count), fps=30, keyframe_interval=16)
-    write_list(root / "all.lst", [VideoEntry(n, i, c) for i, (n, c) in enumerate(LENGTHS.items())])
-    return root
+    return numbered_set(tmp_path_factory.mktemp("counters"), LENGTHS, counter_frames)
 
 
 def gluoncv_reference(num_frames: int, spec: ClipSpec, mode: str, rng: np.random.Generator) -> list[list[int]]:
@@ -105,7 +109,8 @@ SPECS = {
 @pytest.mark.parametrize("spec_name", list(SPECS))
 def test_decoded_frames_are_the_gluoncv_frames(counter_set: Path, mode: str, spec_name: str) -> None:
     spec = SPECS[spec_name]
-    ds = SlowFastClips(counter_set / "all.lst", counter_set, spec, TransformSpec(32), WIDTH, HEIGHT, mode, seed=3)
+    one_view = TransformSpec(32, test_clips=1, test_crops=1)  # GluonCV's test: one clip of num_segments segments
+    ds = SlowFastClips(counter_set / "all.lst", counter_set, spec, one_view, WIDTH, HEIGHT, mode, seed=3)
     for epoch in (0, 1):
         ds.set_epoch(epoch)
         for index, entry in enumerate(ds.entries):
@@ -192,3 +197,29 @@ def test_frames_command_prints_each_videos_frames_and_crop(counter_set: Path) ->
     assert bad.returncode != 0 and "list file" in bad.stderr and "nope.lst does not exist" in bad.stderr
     wrong = clipflow("data", "frames", str(listed), "--recipe", "slowfast_tiny_synthetic", "--mode", "eval")
     assert wrong.returncode == 2 and "invalid choice: 'eval'" in wrong.stderr
+
+
+def test_frames_command_prints_every_test_view(counter_set: Path) -> None:
+    import json
+
+    from conftest import clipflow
+
+    from clipflow.recipe import load_recipe
+    from clipflow.train.trainer import make_dataset
+
+    listed = counter_set / "all.lst"
+    overrides = json.dumps({"data": {"test_clips": 4, "test_crops": 3}})
+    done = clipflow(
+        "data", "frames", str(listed), "--recipe", "slowfast_tiny_synthetic", "--mode", "test", "--overrides", overrides
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(lines) == 12 * len(LENGTHS)
+    ds = make_dataset(load_recipe("slowfast_tiny_synthetic", json.loads(overrides)), listed, counter_set, "test", 0)
+    for index, path in enumerate(LENGTHS):
+        views = [r for r in lines if r["path"] == path]
+        assert [(v["view"]["clip"], v["view"]["crop"]) for v in views] == [(c, k) for c in range(4) for k in range(3)]
+        for record, plan in zip(views, ds.plans(index), strict=True):
+            assert (record["fast"], record["slow"]) == (plan.fast, plan.slow)
+            assert tuple(record["crop"].values()) == plan.box and record["flip"] is False
+        assert len({v["crop"]["left"] for v in views}) == 3  # left, centre, right of the landscape frame

@@ -45,6 +45,15 @@ def scanned(tiny_videos) -> list[VideoEntry]:
     return [VideoEntry(r.path, r.label, r.num_frames) for r in results]
 
 
+def two_splits(tmp_path, tiny_videos, per_worker: int = 4):
+    """worker0.lst and worker1.lst of ``per_worker`` scanned videos each; their folder."""
+    entries = scanned(tiny_videos)
+    splits = tmp_path / "splits"
+    write_list(splits / "worker0.lst", entries[:per_worker])
+    write_list(splits / "worker1.lst", entries[per_worker : 2 * per_worker])
+    return splits
+
+
 def test_missing_video_in_one_workers_list_ends_the_run_naming_it(tmp_path, tiny_videos):
     entries = scanned(tiny_videos)
     splits = tmp_path / "splits"
@@ -61,10 +70,7 @@ def test_missing_video_in_one_workers_list_ends_the_run_naming_it(tmp_path, tiny
 
 
 def test_two_workers_train_one_epoch_and_write_the_model(tmp_path, tiny_videos):
-    entries = scanned(tiny_videos)
-    splits = tmp_path / "splits"
-    write_list(splits / "worker0.lst", entries[:4])
-    write_list(splits / "worker1.lst", entries[4:8])
+    splits = two_splits(tmp_path, tiny_videos)
     done = launch(tmp_path, tiny_videos, splits)
     assert done.returncode == 0, done.stdout + done.stderr
     history = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
@@ -75,10 +81,7 @@ def test_two_workers_train_one_epoch_and_write_the_model(tmp_path, tiny_videos):
 
 def test_servers_run_the_optimizer_with_2bit_compression_and_resume_their_momentum(tmp_path, tiny_videos):
     """update_on_kvstore with 2-bit pushes; worker 1 killed in epoch 2; the rerun loads the servers' momentum."""
-    entries = scanned(tiny_videos)
-    splits = tmp_path / "splits"
-    write_list(splits / "worker0.lst", entries[:4])
-    write_list(splits / "worker1.lst", entries[4:8])
+    splits = two_splits(tmp_path, tiny_videos)
     two_epochs = {**TINY, "train": {**TINY["train"], "epochs": 2, "save_frequency": 1}}
     flags = ("--update-on-kvstore", "--compression", "2bit", "--compression-threshold", "0.01")
     failed = launch(tmp_path, tiny_videos, splits, *flags, overrides=two_epochs,
@@ -94,12 +97,43 @@ def test_servers_run_the_optimizer_with_2bit_compression_and_resume_their_moment
 
 
 def test_training_over_curve_when_the_plan_asks_for_it(tmp_path, tiny_videos):
-    entries = scanned(tiny_videos)
-    splits = tmp_path / "splits"
-    write_list(splits / "worker0.lst", entries[:4])
-    write_list(splits / "worker1.lst", entries[4:8])
+    splits = two_splits(tmp_path, tiny_videos)
     done = launch(tmp_path, tiny_videos, splits, security="curve", env_extra={"PS_VERBOSE": "1"})
     assert done.returncode == 0, done.stdout + done.stderr
     plan = json.loads((tmp_path / "plan.json").read_text())
     assert plan["security"] == "curve" and (tmp_path / "ps_keys" / "server.key_secret").exists()
     assert "curve" in done.stdout.lower()
+
+
+def test_a_run_killed_inside_an_epoch_resumes_there_and_ends_with_the_uninterrupted_weights(tmp_path, tiny_videos):
+    """4 iterations an epoch, a checkpoint every 2: worker 1 killed at epoch 2 iteration 3 (after the checkpoint
+    at iteration 2); the rerun starts at epoch 2 iteration 2, with the sampler there, and the final weights equal
+    an uninterrupted run's."""
+    splits = two_splits(tmp_path, tiny_videos, 8)
+    recipe = {**TINY, "train": {**TINY["train"], "epochs": 2, "save_every_iters": 2, "keep_checkpoints": 10}}
+    whole = tmp_path / "whole"
+    done = launch(whole, tiny_videos, splits, overrides=recipe)
+    assert done.returncode == 0, done.stdout + done.stderr
+    broken = tmp_path / "broken"
+    failed = launch(broken, tiny_videos, splits, overrides=recipe, env_extra={"CLIPFLOW_FAULT_KILL": "1:2:3"})
+    assert failed.returncode != 0 and "worker 1 on localhost failed (killed by signal SIGKILL)" in failed.stdout
+    folder = next((broken / "ckpt").iterdir())
+    assert sorted(p.name for p in folder.glob("*.pt")) == [
+        "epoch_0001.pt", "epoch_0001_iter_000002.pt", "epoch_0002_iter_000002.pt",
+    ]  # fmt: skip
+    inside = torch.load(folder / "epoch_0002_iter_000002.pt", weights_only=False)
+    assert inside["iteration"] == 2 and inside["step"] == 6
+    assert inside["sampler"] == {"epoch": 2, "position": 4, "length": 8, "seed": 0}
+    assert inside["partial"]["count"] == 2 * 2 * 2  # 2 workers x 2 iterations x batch 2
+    resumed = launch(broken, tiny_videos, splits, overrides=recipe)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "epoch_0002_iter_000002.pt (epoch 2, iteration 2, step 6)" in resumed.stdout
+    a = torch.load(whole / "model.pt", weights_only=False)["model"]
+    b = torch.load(broken / "model.pt", weights_only=False)["model"]
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+    history = [json.loads(line) for line in (broken / "metrics.jsonl").read_text().splitlines()]
+    reference = [json.loads(line) for line in (whole / "metrics.jsonl").read_text().splitlines()]
+    assert [h["epoch"] for h in history] == [1, 2]
+    assert history[1]["loss"] == reference[1]["loss"]  # the epoch's totals carried over the restart

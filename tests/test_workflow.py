@@ -10,14 +10,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import python_env
+from conftest import copy_workflow, python_env
 
 from clipflow.cluster.ports import free_port
 
@@ -67,12 +66,8 @@ def processes_mentioning(text: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory, repo) -> Path:
-    work = tmp_path_factory.mktemp("flow")
-    for name in ("Snakefile", "config.yaml", "environment.yml", "workflow", "recipes"):
-        src = repo / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, work / name)
-    (work / "profiles").symlink_to("workflow/profiles")
+def workdir(tmp_path_factory) -> Path:
+    work = copy_workflow(tmp_path_factory.mktemp("flow"))
     config = {**TINY, "run": "tiny", "cluster": {"root_port": free_port(), "heartbeat_timeout": 10}}
     (work / "tiny.yaml").write_text(json.dumps(config))
     return work

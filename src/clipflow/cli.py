@@ -179,10 +179,17 @@ def cmd_data_synth(a: argparse.Namespace) -> int:
 
 
 def cmd_data_scan(a: argparse.Namespace) -> int:
+    from clipflow.data.kinetics import read_classes
     from clipflow.data.listfile import read_list
     from clipflow.data.scan import scan, write_index
 
-    classes = Path(a.classes).read_text().split() if a.classes else None
+    classes = read_classes(a.classes) if a.classes else None  # one name a line: Kinetics names hold spaces
+    if classes is not None and len(classes) > a.num_classes:
+        raise ClipflowError(
+            f"{a.classes} lists {len(classes)} classes but the model has num_classes {a.num_classes}; "
+            f"set the recipe's model.num_classes to {len(classes)} (e.g. overrides: {{model: {{num_classes: "
+            f"{len(classes)}}}}})"
+        )
     results = {}
     for split, path in (("train", a.train_list), ("val", a.val_list)):
         Path(a.out_dir).mkdir(parents=True, exist_ok=True)
@@ -200,8 +207,104 @@ def cmd_data_scan(a: argparse.Namespace) -> int:
     return 0
 
 
+SHOWN_PER_KIND = 10  # missing or failed videos printed one by one; the rest are counted
+
+
+def cmd_data_kinetics(a: argparse.Namespace) -> int:
+    """Kinetics annotation CSVs -> `path label` lists and the class index, as the scan reads them."""
+    from clipflow.data.kinetics import kinetics_lists, write_classes
+    from clipflow.data.listfile import write_labels
+
+    made = kinetics_lists(a.train_csv, a.val_csv, a.root, a.classes or None)
+    out = Path(a.out_dir)
+    for split, made_list in made.lists.items():
+        write_labels(out / f"{split}_labels.txt", made_list.entries)
+    write_classes(out / "classes.txt", made.classes)
+    for split, made_list in made.lists.items():
+        notes = [f"{len(made_list.missing)} not found under {a.root} (kept: the scan lists them as failures)"]
+        notes += [f"{made_list.unlabelled} unlabelled (test) rows left out"] if made_list.unlabelled else []
+        print(
+            f"{split}: {len(made_list.entries)} videos from {made_list.csv} in {out / f'{split}_labels.txt'}; "
+            + "; ".join(notes)
+        )
+        for entry in made_list.missing[:SHOWN_PER_KIND]:
+            print(f"not found ({split}): {entry.path} ({made_list.csv} line {entry.line})")
+        if len(made_list.missing) > SHOWN_PER_KIND:
+            print(f"not found ({split}): ... and {len(made_list.missing) - SHOWN_PER_KIND} more")
+    print(f"classes: {len(made.classes)} ({made.classes_from}) in {out / 'classes.txt'}")
+    return 0
+
+
+def _size(text: str) -> tuple[int, int]:
+    """WIDTHxHEIGHT, e.g. 340x256."""
+    width, sep, height = text.lower().partition("x")
+    if not (sep and width.isdigit() and height.isdigit()):
+        raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT such as 340x256, got {text!r}")
+    return int(width), int(height)
+
+
+def _number(text: str) -> int | float:
+    """A frame rate: an int when whole (30), else a float (29.97)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    return int(value) if value.is_integer() else value
+
+
+def cmd_data_reencode(a: argparse.Namespace) -> int:
+    """Re-encodes every video of the lists under --out-root; done ones (in its reencode.jsonl) are skipped."""
+    from collections import Counter
+
+    from clipflow.data.listfile import VideoEntry, read_list, write_labels
+    from clipflow.data.reencode import JOURNAL, ReencodeSpec, reencode_tree
+
+    if a.out_list and len(a.out_list) != len(a.list):
+        raise ClipflowError(f"give one --out-list per --list: {len(a.list)} lists, {len(a.out_list)} out lists")
+    width, height = a.size if a.size else (None, None)
+    spec = ReencodeSpec(a.short_side, width, height, a.fps, a.gop, a.crf, a.preset)
+    root, out_root = Path(a.root), Path(a.out_root)
+    if not root.is_dir():
+        raise ClipflowError(f"video root {root} is not a folder")
+    if out_root.resolve() == root.resolve():
+        raise ClipflowError(f"--out-root {out_root} is the video root: the outputs would replace their inputs")
+    lists = [(path, read_list(path)) for path in a.list]  # every list checked before any video is encoded
+    shape = f"{width}x{height}" if width else f"short side {spec.short_side}"
+    print(f"re-encoding to {shape}, {spec.fps} fps, a keyframe every {spec.keyframe_interval} frames, no audio")
+    nothing_from = []
+    for i, (path, entries) in enumerate(lists):
+        results = reencode_tree(entries, root, out_root, spec, workers=a.workers)
+        count = Counter(r.status for r in results)
+        print(
+            f"{path}: {count['done']} re-encoded, {count['skipped']} skipped (up to date in "
+            f"{out_root / JOURNAL}), {count['failed']} failed, of {len(entries)}"
+        )
+        failed = [(e, r) for e, r in zip(entries, results, strict=True) if r.status == "failed"]
+        for entry, result in failed[:SHOWN_PER_KIND]:
+            print(f"failed: {entry.path} ({path} line {entry.line}): {result.error}")
+        if len(failed) > SHOWN_PER_KIND:
+            print(f"failed: ... and {len(failed) - SHOWN_PER_KIND} more")
+        if a.out_list:
+            # failed entries stay (but for paths outside the root), so that the scan lists them as failures too
+            write_labels(
+                a.out_list[i],
+                [
+                    VideoEntry(Path(r.dst).relative_to(out_root).as_posix(), e.label, None, e.line)
+                    for e, r in zip(entries, results, strict=True)
+                    if r.dst
+                ],
+            )
+            print(f"{path}: list of the outputs in {a.out_list[i]}")
+        if count["failed"] == len(entries):
+            nothing_from.append(str(path))
+    if nothing_from:
+        raise ClipflowError(f"no video of {', '.join(nothing_from)} could be re-encoded; see the failures above")
+    return 0
+
+
 def cmd_data_frames(a: argparse.Namespace) -> int:
-    """One JSON line per video: the frames each clip of the recipe reads, and its crop."""
+    """One JSON line per clip: the frames it reads and its crop; per video, or per view in test mode
+    (test_clips x test_crops, clip-major)."""
     import numpy as np
 
     from clipflow.data.sampling import gluoncv_frame_list
@@ -213,21 +316,23 @@ def cmd_data_frames(a: argparse.Namespace) -> int:
     dataset = make_dataset(recipe, Path(a.list), root, a.mode, a.seed)
     dataset.set_epoch(a.epoch)
     for index, entry in enumerate(dataset.entries):
-        plan = dataset.plan(index)
-        record = {
-            "path": entry.path,
-            "label": entry.label,
-            "num_frames": entry.num_frames,
-            "offsets": plan.offsets,
-            "fast": plan.fast,
-            "slow": plan.slow,
-            "gluoncv_order": gluoncv_frame_list(
-                np.array(plan.offsets), int(entry.num_frames or 0), dataset.clip, plan.jitter
-            ),
-            "crop": dict(zip(("top", "left", "height", "width"), plan.box, strict=True)),
-            "flip": plan.flip,
-        }
-        print(json.dumps(record))
+        for plan in dataset.plans(index):
+            record = {
+                "path": entry.path,
+                "label": entry.label,
+                "num_frames": entry.num_frames,
+                "offsets": plan.offsets,
+                "fast": plan.fast,
+                "slow": plan.slow,
+                "gluoncv_order": gluoncv_frame_list(
+                    np.array(plan.offsets), int(entry.num_frames or 0), dataset.clip, plan.jitter
+                ),
+                "crop": dict(zip(("top", "left", "height", "width"), plan.box, strict=True)),
+                "flip": plan.flip,
+            }
+            if dataset.mode == "test":
+                record["view"] = {"clip": plan.clip_index, "crop": plan.crop_index}
+            print(json.dumps(record))
     return 0
 
 
@@ -462,10 +567,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--val-list", required=True)
     p.add_argument("--root", required=True)
     p.add_argument("--num-classes", type=int, required=True, help="labels must be in [0, num_classes)")
-    p.add_argument("--classes", default="")
+    p.add_argument("--classes", default="", help="the class index, one name a line (line number - 1 = label)")
     p.add_argument("--out-dir", required=True)
     p.add_argument("--workers", type=int, default=2)
     p.set_defaults(func=cmd_data_scan)
+    p = data.add_parser("kinetics", help="Kinetics annotation CSVs to the scan's 'path label' lists and classes.txt")
+    p.add_argument("--train-csv", required=True, help="label,youtube_id,time_start,time_end,split")
+    p.add_argument("--val-csv", required=True)
+    p.add_argument("--root", required=True, help="the video folder: <label>/<id>_<start>_<end>.mp4 or flat")
+    p.add_argument(
+        "--classes",
+        default="",
+        help="an existing class index, one name a line, holding every label of both CSVs "
+        "(default: the train CSV's labels sorted by name)",
+    )
+    p.add_argument("--out-dir", required=True, help="train_labels.txt, val_labels.txt and classes.txt go here")
+    p.set_defaults(func=cmd_data_kinetics)
+    p = data.add_parser("reencode", help="re-encode the videos of lists: one size, constant fps, fixed keyframes")
+    p.add_argument("--list", action="append", required=True, help="a list file (repeat for several)")
+    p.add_argument("--root", required=True, help="the folder the list paths are relative to")
+    p.add_argument("--out-root", required=True, help="outputs go to the same relative paths here, as .mp4")
+    p.add_argument("--out-list", action="append", default=[], help="per --list: a 'path label' list of the outputs")
+    shape = p.add_mutually_exclusive_group()
+    shape.add_argument("--short-side", type=int, default=256, help="scale the short side to this, keeping the aspect")
+    shape.add_argument("--size", type=_size, default=None, help="WIDTHxHEIGHT for every output, e.g. 340x256")
+    p.add_argument("--fps", type=_number, default=30)
+    p.add_argument("--gop", type=int, default=16, help="a keyframe every this many frames")
+    p.add_argument("--crf", type=int, default=23, help="x264 quality: 0 lossless to 51")
+    p.add_argument("--preset", default="veryfast", help="x264 preset")
+    p.add_argument("--workers", type=int, default=2, help="videos encoded in parallel")
+    p.set_defaults(func=cmd_data_reencode)
     p = data.add_parser("frames", help="print the frames and crop each clip of a recipe reads, a JSON line per video")
     p.add_argument("list", help="a scanned list file (path num_frames label)")
     p.add_argument("--recipe", required=True)

@@ -45,10 +45,12 @@ rule cluster_keys:
         " --out {output:q} 2>&1 | tee {log:q}"
 
 
+# checks, among the rest, that the data root is there on every host: after the data stage has made it
 rule cluster_check:
     input:
         plan=f"{RESULTS}/cluster/plan.json",
         authorised=f"{RESULTS}/cluster/keys.json",
+        data=f"{INDEX}/manifest.json",
     output:
         f"{RESULTS}/cluster/checks.json",
     params:

@@ -27,13 +27,40 @@ BENCH = f"benchmarks/{RUN}"
 DATA = config["data"]
 DATA_DIR = DATA["dir"]
 INDEX = f"{DATA_DIR}/index"
-DATA_ROOT = DATA_DIR if DATA["source"] == "synthetic" else DATA["root"]
+SOURCE = DATA["source"]
+KINETICS = DATA["kinetics"]
+if SOURCE == "kinetics":
+    _unset = [f"data.kinetics.{key}" for key in ("train_csv", "val_csv", "root") if not KINETICS[key]]
+    if _unset:
+        raise WorkflowError(
+            f"clipflow: data.source is 'kinetics' but {', '.join(_unset)} {'is' if len(_unset) == 1 else 'are'}"
+            " not set; give the annotation CSVs "
+            "(label,youtube_id,time_start,time_end,split) and the folder holding the videos"
+        )
+# the folder the source's list paths are relative to: the synthetic set's, the user's, or the Kinetics videos
+SOURCE_ROOT = {"synthetic": DATA_DIR, "list": DATA["root"], "kinetics": KINETICS["root"]}[SOURCE]
+REENCODE = DATA["reencode"]
+REENCODED = f"{DATA_DIR}/reencoded"
+if REENCODE["enabled"]:
+    from clipflow.data.reencode import ReencodeSpec  # imported only when used: it loads PyAV
+
+    try:
+        _size = [int(side) for side in REENCODE["size"].split("x")] if REENCODE["size"] else [None, None]
+        # checked here, once: a bad setting stops the workflow before any job starts
+        ReencodeSpec(
+            REENCODE["short_side"], *_size, REENCODE["fps"], REENCODE["gop"], REENCODE["crf"], REENCODE["preset"]
+        )
+    except ClipflowError as exc:
+        raise WorkflowError(f"clipflow: data.reencode: {exc}")
+# the folder the scanned lists' paths are relative to, which train and evaluate read the videos from
+DATA_ROOT = REENCODED if REENCODE["enabled"] else SOURCE_ROOT
 CLUSTER = config["cluster"]
 NUM_WORKERS = CLUSTER["num_workers"]
 OVERRIDES = json.dumps(config["overrides"], sort_keys=True)
 
 
-SCAN_LOG = f"logs/data/scan_{DATA_DIR.replace(os.sep, '_')}.log"
+DATA_LOG_TAG = DATA_DIR.replace(os.sep, "_")
+SCAN_LOG = f"logs/data/scan_{DATA_LOG_TAG}.log"
 
 
 def hosts_arg():
@@ -62,9 +89,10 @@ def final_outputs():
     return [f"{RESULTS}/metrics.json", f"{RESULTS}/report/report.html"]
 
 
-def raw_lists(wildcards):
-    """The scan's input: the synthetic labels, or the user's lists."""
-    if DATA["source"] == "synthetic":
+def source_lists(wildcards):
+    """The source's lists, paths relative to SOURCE_ROOT: the synthetic or Kinetics labels
+    (with their class index), or the user's lists."""
+    if SOURCE in ("synthetic", "kinetics"):
         return {
             "train": f"{DATA_DIR}/train_labels.txt",
             "val": f"{DATA_DIR}/val_labels.txt",
@@ -75,9 +103,45 @@ def raw_lists(wildcards):
     return {"train": DATA["train_list"], "val": DATA["val_list"]}
 
 
+def raw_lists(wildcards):
+    """The scan's input: the source's lists or, with data.reencode enabled, the lists of the re-encoded copies."""
+    lists = source_lists(wildcards)
+    if REENCODE["enabled"]:
+        lists = {**lists, "train": f"{REENCODED}/train_labels.txt", "val": f"{REENCODED}/val_labels.txt"}
+    return lists
+
+
+def source_video_lists(wildcards):
+    """What the re-encode reads: the source's train and val lists."""
+    lists = source_lists(wildcards)
+    return {"train": lists["train"], "val": lists["val"]}
+
+
+def kinetics_inputs(wildcards):
+    """The annotation CSVs, and the class index to keep when one is given."""
+    inputs = {"train_csv": KINETICS["train_csv"], "val_csv": KINETICS["val_csv"]}
+    if KINETICS["classes"]:
+        inputs["classes"] = KINETICS["classes"]
+    return inputs
+
+
+def reencode_args():
+    """The re-encode settings as `clipflow data reencode` flags."""
+    shape = f"--size {REENCODE['size']}" if REENCODE["size"] else f"--short-side {REENCODE['short_side']}"
+    return (
+        f"{shape} --fps {REENCODE['fps']} --gop {REENCODE['gop']} --crf {REENCODE['crf']}"
+        f" --preset {shlex.quote(REENCODE['preset'])}"
+    )
+
+
 def data_root(wildcards):
-    """The folder the list paths are relative to (a directory no rule declares for user data)."""
+    """The folder the scanned list paths are relative to (a directory no rule declares)."""
     return DATA_ROOT
+
+
+def source_root(wildcards):
+    """The folder the source's list paths are relative to."""
+    return SOURCE_ROOT
 
 
 def folder_of(name):

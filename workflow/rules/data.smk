@@ -1,7 +1,8 @@
-# Stage 2, data: generate the synthetic set (embedded default) or take the user's lists,
-# then decode every video once with decord: list files with frame counts and a manifest.
+# Stage 2, data: generate the synthetic set (embedded default), take the user's lists, or make
+# lists from Kinetics annotation CSVs; optionally re-encode every video (data.reencode); then
+# decode every video once with decord: list files with frame counts and a manifest.
 
-if DATA["source"] == "synthetic":
+if SOURCE == "synthetic":
 
     rule data_synthetic:
         output:
@@ -21,6 +22,55 @@ if DATA["source"] == "synthetic":
             "python -m clipflow data synth --out-dir {params.out:q} --num-train {params.s[num_train]}"
             " --num-val {params.s[num_val]} --seed {params.s[seed]} --min-frames {params.s[min_frames]}"
             " --max-frames {params.s[max_frames]} --short-side {params.s[short_side]}"
+            " --workers {threads} > {log:q} 2>&1"
+
+
+if SOURCE == "kinetics":
+
+    # `path label` lists relative to data.kinetics.root and the class index shared by both;
+    # videos not on disk stay in the lists, and the scan lists each as a failure.
+    rule data_kinetics:
+        input:
+            unpack(kinetics_inputs),
+        output:
+            train=f"{DATA_DIR}/train_labels.txt",
+            val=f"{DATA_DIR}/val_labels.txt",
+            classes=f"{DATA_DIR}/classes.txt",
+        params:
+            root=source_root,
+            out=folder_of("train"),
+            classes=lambda wc, input: input.get("classes", ""),
+        log:
+            f"logs/data/kinetics_{DATA_LOG_TAG}.log",
+        conda:
+            "../../environment.yml"
+        shell:
+            "python -m clipflow data kinetics --train-csv {input.train_csv:q} --val-csv {input.val_csv:q}"
+            " --root {params.root:q} --classes={params.classes:q} --out-dir {params.out:q} > {log:q} 2>&1"
+
+
+if REENCODE["enabled"]:
+
+    # The re-encoded videos go to {DATA_DIR}/reencoded/ (declared by no rule, like the checkpoints):
+    # a killed or rerun re-encode keeps what is done and skips it (reencoded/reencode.jsonl).
+    rule data_reencode:
+        input:
+            unpack(source_video_lists),
+        output:
+            train=f"{REENCODED}/train_labels.txt",
+            val=f"{REENCODED}/val_labels.txt",
+        params:
+            root=source_root,
+            out=folder_of("train"),
+            spec=reencode_args(),
+        threads: REENCODE["workers"]
+        log:
+            f"logs/data/reencode_{DATA_LOG_TAG}.log",
+        conda:
+            "../../environment.yml"
+        shell:
+            "python -m clipflow data reencode --list {input.train:q} --list {input.val:q} --root {params.root:q}"
+            " --out-root {params.out:q} --out-list {output.train:q} --out-list {output.val:q} {params.spec}"
             " --workers {threads} > {log:q} 2>&1"
 
 
@@ -44,4 +94,4 @@ rule data_scan:
     shell:
         "python -m clipflow data scan --train-list {input.train:q} --val-list {input.val:q}"
         " --root {params.root:q} --num-classes {params.num_classes}"
-        " --classes {params.classes:q} --out-dir {params.out:q} --workers {threads} > {log:q} 2>&1"
+        " --classes={params.classes:q} --out-dir {params.out:q} --workers {threads} > {log:q} 2>&1"

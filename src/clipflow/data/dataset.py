@@ -1,8 +1,27 @@
-"""A torch Dataset of SlowFast clips read with decord from a scanned list file."""
+"""A torch Dataset of SlowFast clips read with decord from a scanned list file.
+
+Each item decodes its video once, with one decord ``get_batch`` over the sorted union
+of the frames its clips read, and crops, resizes, flips and normalises them with
+torchvision.transforms.v2 (see clipflow.data.transforms).
+
+Test views. Mode "test" gives ``test_clips`` clips x ``test_crops`` crops per video.
+Temporally it is GluonCV's multi-clip test (test_recognizer with ``--num-segments``
+``test_clips``): VideoClsCustom's test offsets for ``test_clips`` segments, i.e. the
+video less one span is cut into ``test_clips`` equal chunks and clip ``i`` starts at
+the centre of chunk ``i`` (1-based offset ``int(tick / 2 + tick * i) + 1``, ``tick =
+(num_frames - skip_length + 1) / test_clips``); a video shorter than the span has all
+its clips at frame 1. With ``num_segments`` S > 1 the video is cut into
+``test_clips * S`` chunks and clip ``i`` takes chunks ``i, i + test_clips, ...``, so
+each clip spans the whole video as the validation clip does. With one segment, a
+1-clip test is the validation clip. (PySlowFast instead starts clip ``i`` at ``i / n`` of the slack, so
+its clip 0 is the video's start and one clip is not the centre:
+clipflow.data.sampling.pyslowfast_indices.) Spatially see
+clipflow.data.transforms.test_crop_boxes.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -10,15 +29,30 @@ import torch
 from torch.utils.data import Dataset
 
 from clipflow.data.listfile import VideoEntry, read_list
-from clipflow.data.sampling import MODES, ClipSpec, offsets_for, skip_offsets, slowfast_indices
-from clipflow.data.transforms import TransformSpec, apply, center_crop_box, to_float_clip, train_crop_box
+from clipflow.data.sampling import (
+    MODES,
+    ClipSpec,
+    offsets_for,
+    skip_offsets,
+    slowfast_indices,
+    testing_offsets,
+)
+from clipflow.data.transforms import (
+    TransformSpec,
+    as_video,
+    center_crop_box,
+    test_crop_boxes,
+    train_crop_box,
+    transform_clip,
+)
 from clipflow.errors import ClipflowError
 
 
 @dataclass(frozen=True)
 class ClipPlan:
-    """What one item reads and how it is cropped: 0-based frame indices per pathway, 1-based segment
-    offsets, the crop box (top, left, height, width) in the decoded frame, and the flip."""
+    """What one clip reads and how it is cropped: 0-based frame indices per pathway, 1-based segment
+    offsets, the crop box (top, left, height, width) in the decoded frame, and the flip. In test mode,
+    which view it is: ``clip_index`` (temporal) and ``crop_index`` (spatial); 0 in the other modes."""
 
     offsets: list[int]
     jitter: list[int] | None  # per span position, frames read later (temporal jitter, training only)
@@ -26,14 +60,24 @@ class ClipPlan:
     slow: list[int]
     box: tuple[int, int, int, int]
     flip: bool
+    clip_index: int = 0
+    crop_index: int = 0
+
+
+def needed_frames(plans: list[ClipPlan]) -> list[int]:
+    """The sorted union of the frames the clips read: what one decode fetches."""
+    return sorted({f for p in plans for f in (*p.fast, *p.slow)})
 
 
 class SlowFastClips(Dataset):
-    """Item i: (slow, fast, label); slow and fast are (C, T, H, W) float tensors.
+    """Item i: (slow, fast, label).
 
-    mode "train" draws random offsets, crops and flips from (seed, epoch, index), so
-    a clip is reproducible whatever process loads it; "val" and "test" are deterministic
-    (GluonCV's centre offsets, a centre crop).
+    In "train" and "val" slow and fast are (C, T, H, W) float tensors; in "test" they
+    are (V, C, T, H, W), V = test_clips x test_crops views ordered clip-major (clip 0
+    crop 0, clip 0 crop 1, ...), in the order of :meth:`plans`.
+    Mode "train" draws random offsets, crops and flips from (seed, epoch, index), so
+    a clip is reproducible whatever process loads it; "val" (GluonCV's centre offsets,
+    a centre crop) and "test" (see the module) are deterministic.
     Videos are decoded at (new_width, new_height), as GluonCV's decord loader does.
     """
 
@@ -51,6 +95,11 @@ class SlowFastClips(Dataset):
     ):
         if mode not in MODES:
             raise ClipflowError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        transform.check_frame(new_height, new_width, mode)
+        # loaded here, before a DataLoader forks its workers, so they share it: measured, a worker that
+        # imports decord itself holds 260 MiB of its own, against 14 MiB when the parent had it
+        import decord  # noqa: F401
+
         self.list_path = Path(list_path)
         self.entries: list[VideoEntry] = read_list(list_path, num_classes)
         missing = [e for e in self.entries if e.num_frames is None]
@@ -67,6 +116,11 @@ class SlowFastClips(Dataset):
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
+
+    @property
+    def views(self) -> int:
+        """Clips per item: test_clips x test_crops in test mode, else 1."""
+        return self.transform.test_views if self.mode == "test" else 1
 
     def _read(self, entry: VideoEntry, indices: list[int]) -> np.ndarray:
         import decord
@@ -85,8 +139,24 @@ class SlowFastClips(Dataset):
                 f"cannot decode {path} (listed in {self.list_path} line {entry.line}): {str(exc).splitlines()[0]}"
             ) from None
 
+    def test_clip_offsets(self, num_frames: int) -> list[list[int]]:
+        """Per test clip, its 1-based segment offsets (the rule is in the module docstring)."""
+        n = self.transform.test_clips
+        chunks = testing_offsets(num_frames, replace(self.clip, num_segments=n * self.clip.num_segments))
+        return [[int(o) for o in chunks[i::n]] for i in range(n)]
+
     def plan(self, index: int) -> ClipPlan:
-        """The frames item ``index`` reads in this epoch and its crop, without decoding anything."""
+        """The frames item ``index`` reads in this epoch and its crop, without decoding anything.
+
+        In test mode an item has test_clips x test_crops views: this answers only when that is 1.
+        """
+        if self.mode == "test":
+            if self.views != 1:
+                raise ClipflowError(
+                    f"a test item has {self.views} views (data.test_clips {self.transform.test_clips} x "
+                    f"data.test_crops {self.transform.test_crops}), not one plan; use plans(index)"
+                )
+            return self.plans(index)[0]
         entry = self.entries[index]
         frames_total = int(entry.num_frames or 0)
         rng = np.random.default_rng([self.seed, self.epoch, index])
@@ -101,12 +171,43 @@ class SlowFastClips(Dataset):
             box, flip = center_crop_box(height, width, self.transform.input_size), False
         return ClipPlan([int(o) for o in offsets], jitter, fast, slow, box, flip)
 
+    def plans(self, index: int) -> list[ClipPlan]:
+        """Every clip item ``index`` reads, in output order: its views in test mode, else ``[plan(index)]``."""
+        if self.mode != "test":
+            return [self.plan(index)]
+        frames_total = int(self.entries[index].num_frames or 0)
+        boxes = test_crop_boxes(self.new_height, self.new_width, self.transform)
+        views = []
+        for i, offsets in enumerate(self.test_clip_offsets(frames_total)):
+            fast, slow = slowfast_indices(np.array(offsets), frames_total, self.clip)
+            views += [ClipPlan(offsets, None, fast, slow, box, False, i, j) for j, box in enumerate(boxes)]
+        return views
+
+    def assemble(self, video: torch.Tensor, decoded: list[int], plan: ClipPlan) -> tuple[torch.Tensor, torch.Tensor]:
+        """(slow, fast) of one clip, each (C, T, H, W), from the (T, C, H, W) uint8 ``video`` of the ``decoded`` frames.
+
+        Each frame of the clip is transformed once (the slow frames are among the fast ones).
+        """
+        frames = sorted(set(plan.fast + plan.slow))
+        at = {f: i for i, f in enumerate(decoded)}
+        pick = None if frames == decoded else [at[f] for f in frames]
+        clip = transform_clip(video, plan.box, plan.flip, self.transform, pick)
+        local = {f: i for i, f in enumerate(frames)}
+
+        def pathway(indices: list[int]) -> torch.Tensor:
+            if indices == frames:
+                return clip
+            return clip.index_select(1, torch.tensor([local[f] for f in indices]))
+
+        return pathway(plan.slow), pathway(plan.fast)
+
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor, int]:
         entry = self.entries[index]
-        plan = self.plan(index)
-        unique = sorted(set(plan.fast + plan.slow))
-        clip = to_float_clip(self._read(entry, unique))
-        position = {f: i for i, f in enumerate(unique)}
-        fast = apply(clip[:, [position[f] for f in plan.fast]], plan.box, plan.flip, self.transform)
-        slow = apply(clip[:, [position[f] for f in plan.slow]], plan.box, plan.flip, self.transform)
-        return slow, fast, entry.label
+        plans = self.plans(index)
+        decoded = needed_frames(plans)
+        video = as_video(self._read(entry, decoded))
+        clips = [self.assemble(video, decoded, plan) for plan in plans]
+        if self.mode != "test":
+            slow, fast = clips[0]
+            return slow, fast, entry.label
+        return torch.stack([s for s, _ in clips]), torch.stack([f for _, f in clips]), entry.label

@@ -182,3 +182,75 @@ def load_kinetics(
     rows = read_annotations(csv_path)
     classes = read_classes(classes_file) if classes_file is not None else class_names(rows)
     return to_entries(rows, classes, root), classes
+
+
+@dataclass
+class KineticsList:
+    """One list made from one annotation CSV."""
+
+    csv: str
+    entries: list[VideoEntry]  # the labelled rows in CSV order, paths relative to the video root
+    unlabelled: int  # rows without a label (test split): left out, since a list needs a label
+    missing: list[VideoEntry]  # entries whose video is not under the root; they stay in entries
+
+
+@dataclass
+class KineticsLists:
+    classes: list[str]
+    classes_from: str  # where the class index came from, for messages
+    lists: dict[str, KineticsList]  # "train", "val"
+
+
+def _check_labels(rows_by_csv: dict[str, list[KineticsRow]], index: dict[str, int], classes_from: str) -> None:
+    """Every label must be in the class index; the error names the first missing one, its CSV line and the rest."""
+    missing: dict[str, KineticsRow] = {}
+    for rows in rows_by_csv.values():
+        for row in rows:
+            if row.label is not None and row.label not in index:
+                missing.setdefault(row.label, row)
+    if missing:
+        name, row = next(iter(missing.items()))
+        others = list(missing)[1:]
+        more = f"; {len(others)} more label(s) missing too: {', '.join(map(repr, others[:5]))}" if others else ""
+        more += ", ..." if len(others) > 5 else ""
+        raise ClipflowError(
+            f"{row.where}: label {name!r} is not in the class index ({classes_from}, {len(index)} classes){more}"
+        )
+
+
+def kinetics_lists(
+    train_csv: str | Path, val_csv: str | Path, root: str | Path, classes_file: str | Path | None = None
+) -> KineticsLists:
+    """The train and val lists of two annotation CSVs with one shared class index.
+
+    The index is classes_file when given (it must then hold every label of both CSVs),
+    else the sorted labels of the train CSV (every val label must be among them). Every
+    labelled row of a CSV goes to its list whatever its split column says; unlabelled
+    (test) rows are counted and left out. Rows whose video is not under root stay in the
+    list, so that the scan reports each as "file not found", and are counted as missing.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise ClipflowError(f"video root {root} is not a folder")
+    rows_by_csv = {"train": read_annotations(train_csv), "val": read_annotations(val_csv)}
+    if classes_file is not None:
+        classes, classes_from = read_classes(classes_file), f"from {classes_file}"
+    else:
+        classes, classes_from = class_names(rows_by_csv["train"]), f"the sorted labels of {train_csv}"
+    index = {name: i for i, name in enumerate(classes)}
+    _check_labels(rows_by_csv, index, classes_from)
+    lists = {}
+    for split, rows in rows_by_csv.items():
+        source = str(train_csv if split == "train" else val_csv)
+        labelled = [row for row in rows if row.label is not None]
+        if not labelled:
+            raise ClipflowError(f"{source} has no labelled rows ({len(rows)} unlabelled test rows); lists need labels")
+        entries = [VideoEntry(video_path(root, row), index[row.label], None, row.line) for row in labelled]
+        missing = [e for e in entries if not (root / e.path).is_file()]
+        if len(missing) == len(entries):
+            raise ClipflowError(
+                f"none of the {len(entries)} videos of {source} is under {root} (looked for e.g. "
+                f"{root / missing[0].path}); check the video root"
+            )
+        lists[split] = KineticsList(source, entries, len(rows) - len(labelled), missing)
+    return KineticsLists(classes, classes_from, lists)

@@ -1,11 +1,14 @@
 """Video list files: GluonCV's `path num_frames label` and the shorter `path label`.
 
 Fields are separated by spaces (or commas, for PySlowFast CSVs). Paths are relative
-to a root folder unless absolute. Every error names the file and the line.
+to a root folder unless absolute. A path may hold spaces, as Kinetics' label folders
+do (`passing American football (in game)/x.mp4 0`), when it ends in a file extension:
+the last one or two fields are then the numbers. Every error names the file and the line.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,10 +28,23 @@ class VideoEntry:
         return p if p.is_absolute() else Path(root) / p
 
 
+_EXTENSION = re.compile(r"\.[A-Za-z0-9]+$")
+
+
+def _is_int(text: str) -> bool:
+    return text.lstrip("+-").isdigit()
+
+
 def _split_fields(text: str) -> list[str]:
     if "," in text and " " not in text.strip():
         return [f.strip() for f in text.split(",")]
-    return text.split()
+    fields = text.split()
+    if len(fields) > 2:
+        numbers = 2 if _is_int(fields[-2]) else 1
+        path = text.strip().rsplit(None, numbers)[0]  # the spaces inside the path kept as they are
+        if any(c.isspace() for c in path) and _EXTENSION.search(path):
+            return [path, *fields[-numbers:]]
+    return fields
 
 
 def read_list(path: str | Path, num_classes: int | None = None) -> list[VideoEntry]:
@@ -61,6 +77,11 @@ def read_list(path: str | Path, num_classes: int | None = None) -> list[VideoEnt
     if not entries:
         raise ClipflowError(f"list file {path} has no entries")
     return entries
+
+
+def write_labels(path: str | Path, entries: list[VideoEntry]) -> None:
+    """Writes the short format (`path label`), as the scan reads it before it has counted the frames."""
+    write_text_atomic(path, "".join(f"{e.path} {e.label}\n" for e in entries))
 
 
 def write_list(path: str | Path, entries: list[VideoEntry]) -> None:

@@ -301,7 +301,8 @@ def reencode_tree(
     entries are relative paths (str or Path) or objects with a `.path`, like VideoEntry. Results
     come in entry order. An output that exists, is not older than its input and was made with
     the same spec (recorded in dst_root/reencode.jsonl) is skipped, so a rerun only does what is
-    missing or stale. A failing input is reported in its result and never stops the others.
+    missing or stale. A failing input is reported in its result and never stops the others; an
+    earlier output of an input that is there but fails now is removed, so a stale output never stays.
     """
     src_root, dst_root = Path(src_root), Path(dst_root)
     dst_root.mkdir(parents=True, exist_ok=True)
@@ -334,6 +335,16 @@ def reencode_tree(
     return results
 
 
+def _drop_stale_output(src: Path, dst: Path, rel: str, journal: dict[str, dict]) -> None:
+    """After a failed job: an output made earlier from a source that is still there but no longer re-encodes
+    (changed, broken) is removed with its journal record, so that no later stage reads it as the source's.
+    The output of a source that is not there is kept (a source folder that is not mounted must not wipe
+    the tree); its result says "file not found"."""
+    if src.exists() and dst.exists():
+        dst.unlink()
+        journal.pop(rel, None)
+
+
 def _run_jobs(
     jobs: dict[int, tuple[str, str, ReencodeSpec, int]],
     spec: ReencodeSpec,
@@ -353,8 +364,10 @@ def _run_jobs(
         for future in tqdm(as_completed(futures), total=len(futures), desc="reencode", disable=disable):
             result = future.result()
             results[futures[future]] = result
-            if result.status == "done":
-                rel = Path(result.dst).relative_to(dst_root).as_posix()
+            rel = Path(result.dst).relative_to(dst_root).as_posix()
+            if result.status != "done":
+                _drop_stale_output(Path(result.src), Path(result.dst), rel, journal)
+            else:
                 record = {
                     "dst": rel,
                     "spec": asdict(spec),

@@ -2,8 +2,11 @@
 
 A checkpoint file holds everything training needs to go on: weights, optimizer
 state, schedule position, epoch, RNG states, and the fingerprint of the settings it
-was made with. Files go to a folder of their own per fingerprint, which is not a
-declared output of the workflow, so a failed run never deletes them.
+was made with. One made inside an epoch (train.save_every_iters) also holds how many
+iterations of it were done, the sampler's position and the epoch's totals so far; it
+is named ``epoch_EEEE_iter_IIIIII.pt``, an epoch's end ``epoch_EEEE.pt``. Files go to
+a folder of their own per fingerprint, which is not a declared output of the
+workflow, so a failed run never deletes them.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ from typing import Any
 
 import torch
 
-NAME = re.compile(r"^epoch_(\d{4,})\.pt$")
+NAME = re.compile(r"^epoch_(\d{4,})(?:_iter_(\d{6,}))?\.pt$")
+Point = tuple[int, int]  # (epoch, iterations done in it; 0: the epoch is complete)
 
 
 def atomic_save(obj: Any, path: str | Path) -> None:
@@ -44,25 +48,31 @@ class CheckpointStore:
         self.keep = keep
         self.log = log
 
-    def path(self, epoch: int) -> Path:
-        return self.folder / f"epoch_{epoch:04d}.pt"
+    def path(self, epoch: int, iteration: int = 0) -> Path:
+        return self.folder / (f"epoch_{epoch:04d}_iter_{iteration:06d}.pt" if iteration else f"epoch_{epoch:04d}.pt")
 
-    def epochs(self) -> list[int]:
+    def points(self) -> list[Point]:
+        """The (epoch, iteration) of every checkpoint here, oldest first: inside epoch e comes after e - 1's end."""
         if not self.folder.is_dir():
             return []
-        return sorted(int(m.group(1)) for p in self.folder.iterdir() if (m := NAME.match(p.name)))
+        found = [(int(m.group(1)), int(m.group(2) or 0)) for p in self.folder.iterdir() if (m := NAME.match(p.name))]
+        return sorted(found, key=lambda point: (point[0] - 1, point[1]) if point[1] else (point[0], 0))
 
-    def save(self, state: dict, epoch: int) -> Path:
-        path = self.path(epoch)
+    def epochs(self) -> list[int]:
+        """The epochs whose end has a checkpoint."""
+        return [epoch for epoch, iteration in self.points() if not iteration]
+
+    def save(self, state: dict, epoch: int, iteration: int = 0) -> Path:
+        path = self.path(epoch, iteration)
         atomic_save(state, path)
-        for old in self.epochs()[: -self.keep]:
-            self.path(old).unlink(missing_ok=True)
+        for old in self.points()[: -self.keep]:
+            self.path(*old).unlink(missing_ok=True)
         return path
 
     def load_newest(self) -> tuple[dict, Path] | None:
         """The newest checkpoint that loads; a damaged one is reported and skipped, never deleted."""
-        for epoch in reversed(self.epochs()):
-            path = self.path(epoch)
+        for point in reversed(self.points()):
+            path = self.path(*point)
             try:
                 state = torch.load(path, map_location="cpu", weights_only=False)
                 if not isinstance(state, dict) or "model" not in state:

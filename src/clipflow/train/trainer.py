@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 import torch
 from torch.nn import functional as F
-from torch.utils.data import DataLoader
 
 from clipflow.data.dataset import SlowFastClips
+from clipflow.data.loader import make_loader
 from clipflow.data.sampling import ClipSpec
 from clipflow.data.splits import EpochSampler
 from clipflow.data.transforms import TransformSpec
@@ -74,10 +74,11 @@ def clip_spec(recipe: dict) -> ClipSpec:
 
 
 def transform_spec(recipe: dict) -> TransformSpec:
+    """The recipe's crop, flip, normalisation and test-view settings (data keys named as TransformSpec's fields)."""
+    from dataclasses import fields
+
     d = recipe["data"]
-    return TransformSpec(
-        d["input_size"], tuple(d["scale_ratios"]), 1, d["random_flip"], tuple(d["mean"]), tuple(d["std"])
-    )
+    return TransformSpec(**{f.name: d[f.name] for f in fields(TransformSpec) if f.name in d})
 
 
 def make_dataset(recipe: dict, list_path: Path, root: Path, mode: str, seed: int) -> SlowFastClips:
@@ -138,6 +139,7 @@ class Trainer:
         self.store = CheckpointStore(paths.checkpoint_root / run_id, keep=t["keep_checkpoints"], log=log)
         self.history_path = self.store.folder / "metrics.jsonl"
         self.faults = FaultInjector(self.rank)
+        self.partial: dict = {}  # rank 0, resumed inside an epoch: the totals over all workers so far
         if self.rank == 0:
             log(
                 f"linear scaling rule: lr = base_lr {t['base_lr']} x global batch {global_batch} "
@@ -146,9 +148,13 @@ class Trainer:
 
     # -- state shared through the key-value store ------------------------------------------------
 
-    def _resume_state(self) -> tuple[int, int]:
-        """Rank 0 loads the newest checkpoint; every worker then receives rank 0's state. (epoch, step) done."""
-        done = torch.zeros(2)
+    def _resume_state(self) -> tuple[int, int, int]:
+        """Rank 0 loads the newest checkpoint; every worker then receives rank 0's state.
+
+        Returns (epochs complete, steps done, iterations done in the next epoch): the last is not 0
+        when the checkpoint was made inside an epoch; rank 0 then also keeps its partial totals.
+        """
+        done = torch.zeros(3)
         optimizer_states: dict = {}
         if self.rank == 0:
             found = self.store.load_newest()
@@ -159,8 +165,14 @@ class Trainer:
                 torch.set_rng_state(state["rng"]["torch"])
                 np.random.set_state(state["rng"]["numpy"])
                 random.setstate(state["rng"]["python"])
-                done = torch.tensor([float(state["epoch"]), float(state["step"])])
-                self.log(f"resumed from checkpoint {path} (epoch {state['epoch']}, step {state['step']})")
+                iteration = state.get("iteration", 0)
+                done = torch.tensor([float(state["epoch"] - (1 if iteration else 0)), float(state["step"]), iteration])
+                if iteration:
+                    self.sampler.set_epoch(state["epoch"])
+                    self.sampler.resume(state["sampler"])  # checks it is this worker's part and seed
+                    self.partial = state["partial"]
+                inside = f", iteration {iteration}" if iteration else ""
+                self.log(f"resumed from checkpoint {path} (epoch {state['epoch']}{inside}, step {state['step']})")
             else:
                 self.log(f"no checkpoint in {self.store.folder}: starting from scratch")
         self._broadcast([META_KEY], [done])
@@ -177,10 +189,10 @@ class Trainer:
         if self.ps.compression != "none":
             self.kv.set_gradient_compression({"type": self.ps.compression, "threshold": self.ps.threshold},
                                              keys=self.sync.keys)  # fmt: skip
-        if done[0] > 0:
+        if done[0] > 0 or done[2] > 0:
             self._share_optimizer_states(optimizer_states)
         self.kv.init(METRIC_KEY, torch.zeros(3))
-        return int(done[0]), int(done[1])
+        return int(done[0]), int(done[1]), int(done[2])
 
     def _share_optimizer_states(self, states: dict) -> None:
         """Rank 0's momentum buffers (from its checkpoint) to wherever the optimizer runs."""
@@ -205,18 +217,32 @@ class Trainer:
 
     # -- the loop --------------------------------------------------------------------------------
 
-    def _checkpoint(self, epoch: int, step: int) -> None:
+    def _checkpoint(self, epoch: int, step: int, iteration: int = 0, partial: dict | None = None) -> None:
+        """Rank 0 saves; ``iteration`` > 0: inside ``epoch``, after that many iterations, with the sampler's
+        position and the epoch's ``partial`` totals so far (summed over the workers)."""
         state = {
             "model": self.model.state_dict(),
             "optimizer": self.sync.optimizer_states(),
             "epoch": epoch,
             "step": step,
+            "iteration": iteration,
             "schedule": vars(self.schedule),
             "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
             "recipe": self.recipe,
         }
-        path = self.store.save(state, epoch)
+        if iteration:
+            state["sampler"] = self.sampler.state(iteration * self.batch_size)
+            state["partial"] = partial
+        path = self.store.save(state, epoch, iteration)
         self.log(f"checkpoint {path}")
+
+    def _checkpoint_inside(self, epoch: int, step: int, iteration: int, local: tuple[float, int, int]) -> None:
+        """A checkpoint inside an epoch: every worker adds its totals so far (collective), rank 0 saves."""
+        totals = torch.tensor([float(v) for v in local])
+        self.kv.pushpull([METRIC_KEY], [totals], [totals])
+        if self.rank == 0:
+            partial = {"loss_sum": float(totals[0]), "correct": int(totals[1]), "count": int(totals[2])}
+            self._checkpoint(epoch, step, iteration, partial)
 
     def _append_history(self, record: dict, resumed_epoch: int) -> None:
         lines = []
@@ -230,21 +256,23 @@ class Trainer:
         write_text_atomic(self.history_path, "\n".join(lines) + "\n")
 
     def run(self) -> None:
-        start_epoch, step = self._resume_state()
+        start_epoch, step, resume_iteration = self._resume_state()
+        t = self.recipe["train"]
+        save_every = t["save_every_iters"]
+        # one loader for the run: its workers (if any) persist, and each index carries the dataset's epoch
+        loader = make_loader(self.dataset, self.batch_size, self.sampler, t["loader_workers"], t["loader_prefetch"])
         for epoch in range(start_epoch + 1, self.epochs + 1):
             self.model.train()
             self.dataset.set_epoch(epoch)
+            first = resume_iteration if epoch == start_epoch + 1 else 0
+            # a worker's part of this epoch, from where the checkpoint stopped (every worker did as many iterations)
             self.sampler.set_epoch(epoch)
-            loader = DataLoader(
-                self.dataset,
-                batch_size=self.batch_size,
-                sampler=self.sampler,
-                drop_last=True,
-                num_workers=self.recipe["train"]["loader_workers"],
-            )
-            loss_sum, correct, count, data_time, step_time = 0.0, 0, 0, 0.0, 0.0
+            self.sampler.resume(self.sampler.state(first * self.batch_size))
+            totals = self.partial if first and self.rank == 0 else {"loss_sum": 0.0, "correct": 0, "count": 0}
+            loss_sum, correct, count = totals["loss_sum"], totals["correct"], totals["count"]
+            data_time, step_time = 0.0, 0.0
             began = tick = time.perf_counter()
-            for it, (slow, fast, labels) in enumerate(loader):
+            for it, (slow, fast, labels) in enumerate(loader, start=first):
                 self.faults.check(epoch, it)
                 loaded = time.perf_counter()
                 lr = self.schedule(step)
@@ -263,6 +291,9 @@ class Trainer:
                 data_time, step_time, tick = data_time + loaded - tick, step_time + now - loaded, now
                 if self.rank == 0 and (it + 1) % 10 == 0:
                     self.log(f"epoch {epoch} [{it + 1}/{self.iters_per_epoch}] loss {loss_sum / count:.4f} lr {lr:.5f}")
+                if save_every and (it + 1) % save_every == 0 and it + 1 < self.iters_per_epoch:
+                    self._checkpoint_inside(epoch, step, it + 1, (loss_sum, correct, count))
+            count_here = count - (totals["count"] if first and self.rank == 0 else 0)
             elapsed = time.perf_counter() - began
             loss_avg, acc = self._global_metrics(loss_sum, correct, count)
             if self.rank == 0:
@@ -272,7 +303,7 @@ class Trainer:
                     "loss": loss_avg,
                     "train_top1": acc,
                     "lr": lr,
-                    "clips_per_s": count * self.num_workers / elapsed,
+                    "clips_per_s": count_here * self.num_workers / elapsed,
                     "data_time": data_time,
                     "step_time": step_time,
                     "epoch_time": elapsed,
