@@ -159,6 +159,11 @@ def video_path(root: str | Path, row: KineticsRow) -> str:
     return row.filename
 
 
+def row_entry(row: KineticsRow, label: int, root: str | Path) -> VideoEntry:
+    """The list entry of a row: its video's path under root (see video_path), its label, its CSV line."""
+    return VideoEntry(video_path(root, row), label, None, row.line)
+
+
 def to_entries(rows: list[KineticsRow], classes: list[str], root: str | Path) -> dict[str, list[VideoEntry]]:
     """Entries per split, in CSV order; label = index in classes, NO_LABEL for unlabelled test rows."""
     index = {name: i for i, name in enumerate(classes)}
@@ -170,7 +175,7 @@ def to_entries(rows: list[KineticsRow], classes: list[str], root: str | Path) ->
             label = index[row.label]
         else:
             raise ClipflowError(f"{row.where}: label {row.label!r} is not in the class index ({len(classes)} classes)")
-        by_split.setdefault(row.split, []).append(VideoEntry(video_path(root, row), label, None, row.line))
+        by_split.setdefault(row.split, []).append(row_entry(row, label, root))
     return by_split
 
 
@@ -245,7 +250,7 @@ def kinetics_lists(
         labelled = [row for row in rows if row.label is not None]
         if not labelled:
             raise ClipflowError(f"{source} has no labelled rows ({len(rows)} unlabelled test rows); lists need labels")
-        entries = [VideoEntry(video_path(root, row), index[row.label], None, row.line) for row in labelled]
+        entries = [row_entry(row, index[row.label], root) for row in labelled]
         missing = [e for e in entries if not (root / e.path).is_file()]
         if len(missing) == len(entries):
             raise ClipflowError(

@@ -28,6 +28,7 @@ from tqdm import tqdm
 
 from clipflow.errors import ClipflowError
 from clipflow.files import append_record, journal_lines, require_nonempty_file, write_text_atomic
+from clipflow.values import is_int, is_number
 
 X264_PRESETS = (
     "ultrafast",
@@ -45,14 +46,6 @@ JOURNAL = "reencode.jsonl"  # in dst_root: one JSON line per finished output, th
 RECORD_KEYS = {"dst", "spec", "frames", "size"}
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 @dataclass(frozen=True)
 class ReencodeSpec:
     """What every output looks like. Without width and height the short side is scaled to `short_side`
@@ -68,7 +61,7 @@ class ReencodeSpec:
     preset: str = "veryfast"
 
     def __post_init__(self) -> None:
-        if not _is_int(self.short_side) or self.short_side <= 0 or self.short_side % 2:
+        if not is_int(self.short_side) or self.short_side <= 0 or self.short_side % 2:
             raise ClipflowError(
                 f"reencode short_side must be a positive even integer (yuv420p needs even sizes), "
                 f"got {self.short_side!r}"
@@ -80,13 +73,13 @@ class ReencodeSpec:
             )
         for name in ("width", "height"):
             value = getattr(self, name)
-            if value is not None and (not _is_int(value) or value <= 0 or value % 2):
+            if value is not None and (not is_int(value) or value <= 0 or value % 2):
                 raise ClipflowError(f"reencode {name} must be a positive even integer, got {value!r}")
-        if not _is_number(self.fps) or not 0 < self.fps < math.inf or not self.rate:
+        if not is_number(self.fps) or not 0 < self.fps < math.inf or not self.rate:
             raise ClipflowError(f"reencode fps must be a positive number, got {self.fps!r}")
-        if not _is_int(self.keyframe_interval) or self.keyframe_interval < 1:
+        if not is_int(self.keyframe_interval) or self.keyframe_interval < 1:
             raise ClipflowError(f"reencode keyframe_interval must be an integer >= 1, got {self.keyframe_interval!r}")
-        if not _is_int(self.crf) or not 0 <= self.crf <= 51:
+        if not is_int(self.crf) or not 0 <= self.crf <= 51:
             raise ClipflowError(f"reencode crf must be an integer from 0 (lossless) to 51, got {self.crf!r}")
         if self.preset not in X264_PRESETS:
             raise ClipflowError(f"reencode preset {self.preset!r} is not an x264 preset; use one of {X264_PRESETS}")

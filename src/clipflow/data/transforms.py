@@ -47,17 +47,10 @@ from torchvision.transforms.v2 import InterpolationMode
 from torchvision.transforms.v2 import functional as F
 
 from clipflow.errors import ClipflowError
+from clipflow.values import is_int, is_number
 
 Box = tuple[int, int, int, int]  # top, left, height, width
 TEST_CROPS = (1, 3)
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -80,30 +73,30 @@ class TransformSpec:
             value = getattr(self, name)
             if isinstance(value, (list, tuple)):
                 object.__setattr__(self, name, tuple(value))
-        if not _is_int(self.input_size) or self.input_size < 1:
+        if not is_int(self.input_size) or self.input_size < 1:
             raise ClipflowError(f"data.input_size must be an integer >= 1, got {self.input_size!r}")
         if not isinstance(self.scale_ratios, tuple) or not self.scale_ratios:
             raise ClipflowError(f"data.scale_ratios must be a non-empty list of numbers, got {self.scale_ratios!r}")
         for ratio in self.scale_ratios:
-            if not _is_number(ratio) or not 0 < ratio <= 1:
+            if not is_number(ratio) or not 0 < ratio <= 1:
                 raise ClipflowError(
                     f"data.scale_ratios: {ratio!r} is not in (0, 1]; a crop side is that fraction of the frame's "
                     "short side, and a larger one would crop past the frame"
                 )
-        if not _is_int(self.max_distort) or self.max_distort < 0:
+        if not is_int(self.max_distort) or self.max_distort < 0:
             raise ClipflowError(f"data.max_distort must be an integer >= 0, got {self.max_distort!r}")
         for name in ("random_flip", "fix_crop", "more_fix_crop"):
             if not isinstance(getattr(self, name), bool):
                 raise ClipflowError(f"data.{name} must be true or false, got {getattr(self, name)!r}")
         for name in ("mean", "std"):
             value = getattr(self, name)
-            if not isinstance(value, tuple) or len(value) != 3 or not all(_is_number(v) for v in value):
+            if not isinstance(value, tuple) or len(value) != 3 or not all(is_number(v) for v in value):
                 raise ClipflowError(f"data.{name} must be 3 numbers (R, G, B), got {value!r}")
         if not all(s > 0 for s in self.std):
             raise ClipflowError(f"data.std must be positive, got {self.std!r}")
-        if not _is_int(self.test_clips) or self.test_clips < 1:
+        if not is_int(self.test_clips) or self.test_clips < 1:
             raise ClipflowError(f"data.test_clips must be an integer >= 1, got {self.test_clips!r}")
-        if not _is_int(self.test_crops) or self.test_crops not in TEST_CROPS:
+        if not is_int(self.test_crops) or self.test_crops not in TEST_CROPS:
             raise ClipflowError(
                 "data.test_crops must be 1 (the centre) or 3 (start, centre and end of the long side), "
                 f"got {self.test_crops!r}"
