@@ -17,19 +17,23 @@ about ``--epoch-clips`` clips).
 
 Figures, all from one run:
 
-* loader clips/s, in this process (``workers`` 0), torch and decord on one thread, glibc
+* loader clips/s, in this process (``workers`` 0), torch and the decoder on one thread, glibc
   malloc tuned as a training worker's process is (by its parameter-server node);
 * the decode limit of exactly the clips that loader run read (its warm-up left out
   of both): per clip, PyAV (one decoder thread, like decord's num_threads=1) seeks to
   the keyframe at or before the clip's first frame and decodes every frame from there
   to its last one; only the seek and the decoding are timed (not opening the file, not
   converting to RGB, not transforms). ratio = loader / limit, target >= 0.8;
+* after re-encoding, also the loader with decord as its decoder (``data.decoder: decord``)
+  in place of clipflow's PyAV reader (the default), on ``--clips-before`` clips;
 * after re-encoding, also the loader with 2 worker processes;
 * CPU milliseconds per clip of the loading processes (from /proc), which says where a
   worker run's time goes: a worker also pays for the shared memory its batches travel in;
 * resident memory of the loading processes (this one; the workers in the 2-worker
   run) every ``--rss-every`` clips over ``--clips`` clips: the first sample after the
-  warm-up, the last, and the least-squares slope;
+  warm-up, the one at a quarter of the run, the last, and the least-squares slope from
+  that quarter on (measured: the allocator's pools grow once over the first few hundred
+  clips, by about 35 MiB in-process, then stay flat: growth is a slope after that);
 * decord alone: ``--readers`` VideoReader constructions with one get_batch each (a
   reader per item, as GluonCV's loader and SlowFastClips make them) on a small video,
   resident memory before and after.
@@ -47,6 +51,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
+from copy import copy
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +61,7 @@ import torch
 
 from clipflow.data.dataset import SlowFastClips
 from clipflow.data.loader import make_loader
+from clipflow.data.reader import FrameTable
 from clipflow.data.reencode import ReencodeSpec, reencode_tree
 from clipflow.data.sampling import ClipSpec
 from clipflow.data.splits import EpochSampler
@@ -127,7 +133,7 @@ def write_list(path: Path, rows: list[tuple[str, int]], repeat: int) -> None:
 
 def keyframe_distance(path: Path) -> int:
     """The largest distance in frames from a keyframe to the next (or to the end) in a video."""
-    table = FrameTable.of(path)
+    table = table_of(path)
     bounds = [*table.keys, len(table.pts)]
     return max(b - a for a, b in zip(bounds, bounds[1:], strict=False))
 
@@ -135,30 +141,16 @@ def keyframe_distance(path: Path) -> int:
 # -- the decode limit ------------------------------------------------------------------------------
 
 
-@dataclass
-class FrameTable:
-    """A video's frames in display order: their pts and which are keyframes (from the packets, once)."""
-
-    pts: list[int]
-    keys: list[int]  # display indices of keyframes, ascending
-
-    @classmethod
-    def of(cls, path: Path) -> FrameTable:
-        with av.open(str(path)) as container:
-            stream = container.streams.video[0]
-            packets = [(p.pts, p.is_keyframe) for p in container.demux(stream) if p.pts is not None]
-        pts = sorted(q for q, _ in packets)
-        where = {q: i for i, q in enumerate(pts)}
-        return cls(pts, sorted(where[q] for q, key in packets if key))
-
-    def key_before(self, frame: int) -> int:
-        return max(k for k in self.keys if k <= frame)
+def table_of(path: Path) -> FrameTable:
+    """A video's frames in display order (clipflow's reader numbers frames by it, as decord does)."""
+    with av.open(str(path)) as container:
+        return FrameTable.demux(container, container.streams.video[0])
 
 
 def decode_window(path: Path, table: FrameTable, first: int, last: int) -> tuple[float, int]:
     """(seconds, frames decoded) to seek to the keyframe at or before frame ``first`` and decode up to ``last``,
     on one decoder thread; the file is opened before the clock starts."""
-    key = table.key_before(first)
+    key = table.key_at_or_before(first)
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
         stream.thread_count = 1
@@ -187,7 +179,7 @@ def decode_limit(dataset: SlowFastClips, clips: list[tuple[int, int]]) -> tuple[
         read = plan.fast + plan.slow
         path = dataset.entries[index].resolve(dataset.root)
         if path not in tables:
-            tables[path] = FrameTable.of(path)
+            tables[path] = table_of(path)
         s, n = decode_window(path, tables[path], min(read), max(read))
         seconds, frames = seconds + s, frames + n
     return len(clips) / seconds, frames / len(clips)
@@ -284,17 +276,16 @@ def run_loader(
 
 
 def rss_summary(samples: list[tuple[int, float]], warmup: int) -> dict[str, float]:
-    """First sample at or after ``warmup`` clips, the last one, and the slope (MiB per 1,000 clips)."""
+    """The first sample at or after ``warmup`` clips, the one at a quarter of the run, the last one, and
+    the slope from that quarter on (MiB per 1,000 clips)."""
     kept = [s for s in samples if s[0] >= warmup] or samples
-    if len(kept) < 2:
-        return {"first_mib": kept[0][1], "last_mib": kept[-1][1], "slope_mib_per_1000": 0.0}
-    x = np.array([c for c, _ in kept], dtype=float)
-    y = np.array([m for _, m in kept])
-    return {
-        "first_mib": kept[0][1],
-        "last_mib": kept[-1][1],
-        "slope_mib_per_1000": float(np.polyfit(x, y, 1)[0] * 1000),
-    }
+    settled = [s for s in kept if s[0] >= samples[-1][0] / 4] or kept[-1:]
+    summary = {"first_mib": kept[0][1], "settled_mib": settled[0][1], "last_mib": kept[-1][1]}
+    if len(settled) < 2:
+        return summary | {"slope_mib_per_1000": 0.0}
+    x = np.array([c for c, _ in settled], dtype=float)
+    y = np.array([m for _, m in settled])
+    return summary | {"slope_mib_per_1000": float(np.polyfit(x, y, 1)[0] * 1000)}
 
 
 # -- decord alone ----------------------------------------------------------------------------------
@@ -305,7 +296,7 @@ def reader_rss(path: Path, readers: int) -> dict[str, float]:
     import decord
 
     samples = []
-    frames = len(FrameTable.of(path).pts)
+    frames = len(table_of(path).pts)
     picks = [list(range(start, frames, 2))[:16] for start in range(4)]
     every = max(1, readers // 20)
     for i in range(readers):
@@ -370,9 +361,12 @@ def bench(a: argparse.Namespace, folder: Path) -> dict:
                                         "train", a.seed, 4)  # fmt: skip
         figures[f"{stage}_keyframe_distance"] = max(keyframe_distance(folder / stage / name) for name, _ in rows)
 
+    datasets["after_decord"] = copy(datasets["after"])
+    datasets["after_decord"].decoder = "decord"
     runs = {
         "before": ("before", 0, a.clips_before),
         "after": ("after", 0, a.clips),
+        "after_decord": ("after_decord", 0, a.clips_before),
         "after_workers2": ("after", 2, a.clips),
     }
     for name, (stage, workers, clips) in runs.items():
@@ -410,7 +404,11 @@ def report(a: argparse.Namespace, f: dict) -> None:
           f"{f['after_keyframe_distance']} after (GluonCV's 340x256, 30 fps, keyint 16)")  # fmt: skip
     print(f"  {'clips/s':34s} {'loader':>10s} {'decode limit':>13s} {'ratio':>7s} {'frames/clip':>12s} "
           f"{'loader CPU ms/clip':>19s}")  # fmt: skip
-    for name, label in (("before", "before re-encode, in-process"), ("after", "after re-encode, in-process")):
+    for name, label in (
+        ("before", "before re-encode, in-process"),
+        ("after", "after re-encode, in-process"),
+        ("after_decord", "  the same, decord as the decoder"),
+    ):
         print(f"  {label:34s} {f[name + '_loader_clips_per_s']:10.1f} {f[name + '_limit_clips_per_s']:13.1f} "
               f"{f[name + '_ratio']:7.2f} {f[name + '_limit_frames_per_clip']:12.1f} "
               f"{f[name + '_cpu_ms_per_clip_main']:19.1f}")  # fmt: skip
@@ -419,15 +417,18 @@ def report(a: argparse.Namespace, f: dict) -> None:
     print(f"  {label:34s} {f['after_workers2_loader_clips_per_s']:10.1f} {'':34s} {cpu:>19s}")
     print(f"  clips/s: re-encoding x{f['reencode_speedup']:.2f}, 2 workers x{f['workers2_speedup']:.2f}; "
           f"target ratio >= {TARGET} (limit: seek + decode only, one thread)")  # fmt: skip
-    print(f"  resident memory (MiB), first sample after {a.warmup} clips -> last, slope per 1,000 clips:")
+    print(f"  resident memory (MiB), after {a.warmup} clips -> at a quarter of the run -> last, "
+          "slope per 1,000 clips from the quarter on:")  # fmt: skip
     for name in ("after", "after_workers2"):
         for key in sorted(k for k in f if k.startswith(f"{name}_rss_") and k.endswith("_first_mib")):
             process = key[len(name) + 5 : -len("_first_mib")]
             base = key[: -len("first_mib")]
             print(f"    {name} {process:8s} over {f[name + '_clips']} clips: {f[base + 'first_mib']:8.1f} -> "
-                  f"{f[base + 'last_mib']:8.1f}  ({f[base + 'slope_mib_per_1000']:+.2f})")  # fmt: skip
-    print(f"    decord, {f['decord_readers']} readers made and dropped: {f['decord_readers_rss_first_mib']:8.1f} -> "
-          f"{f['decord_readers_rss_last_mib']:8.1f}  ({f['decord_readers_rss_slope_mib_per_1000']:+.2f})")  # fmt: skip
+                  f"{f[base + 'settled_mib']:8.1f} -> {f[base + 'last_mib']:8.1f}  "
+                  f"({f[base + 'slope_mib_per_1000']:+.2f})")  # fmt: skip
+    d = "decord_readers_rss_"
+    print(f"    decord, {f['decord_readers']} readers made and dropped: {f[d + 'first_mib']:8.1f} -> "
+          f"{f[d + 'settled_mib']:8.1f} -> {f[d + 'last_mib']:8.1f}  ({f[d + 'slope_mib_per_1000']:+.2f})")  # fmt: skip
     print(json.dumps(f))
 
 

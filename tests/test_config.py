@@ -48,6 +48,13 @@ def test_recipe_defaults_are_filled():
     assert recipe["train"]["nesterov"] is False and recipe["data"]["num_segments"] == 1
 
 
+def test_recipe_decoder_is_pyav_by_default_and_an_unknown_one_is_named():
+    assert load_recipe("slowfast_tiny_synthetic")["data"]["decoder"] == "pyav"
+    assert load_recipe("slowfast_tiny_synthetic", {"data": {"decoder": "decord"}})["data"]["decoder"] == "decord"
+    with pytest.raises(ClipflowError, match=r"data\.decoder: 'opencv' is not one of \['pyav', 'decord'\]"):
+        load_recipe("slowfast_tiny_synthetic", {"data": {"decoder": "opencv"}})
+
+
 def test_recipe_file_that_is_not_yaml(tmp_path):
     bad = tmp_path / "broken.yaml"
     bad.write_text("model: [unclosed\n")

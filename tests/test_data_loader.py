@@ -76,6 +76,9 @@ def test_two_workers_give_bitwise_the_clips_of_the_main_process_every_epoch(vide
         direct = [dataset[i] for i in sampler]  # and what the dataset gives item by item
         assert all(torch.equal(got[k // 2][0][k % 2], direct[k][0]) for k in range(VIDEOS))
         assert all(torch.equal(got[k // 2][1][k % 2], direct[k][1]) for k in range(VIDEOS))
+        for batches in (got, expected):  # clips stay uint8 in (N, T, H, W, C) memory: no transpose
+            for pathway in batches[0][:2]:
+                assert pathway.dtype == torch.uint8 and pathway.is_contiguous(memory_format=torch.channels_last_3d)
     assert torch.equal(torch.get_rng_state(), rng_before), "iterating a loader drew from the global torch RNG"
 
 

@@ -1,7 +1,7 @@
 """Clip sampling read back from the pixels: every test video shows its frame number.
 
 Each frame of these videos carries its index as 8 black or white bars (one bit each),
-so after decoding with decord the test reads which frames a clip really got. The
+so after decoding (with PyAV and with decord) the test reads which frames a clip really got. The
 expected indices come from a reference written here from GluonCV's VideoClsCustom
 loop (offsets per mode, the walk along the span, jitter, fast then slow per segment),
 fed the same random generator as the dataset, and from PySlowFast's linspace rule.
@@ -105,12 +105,15 @@ SPECS = {
 }
 
 
+@pytest.mark.parametrize("decoder", ["pyav", "decord"])
 @pytest.mark.parametrize("mode", ["train", "val", "test"])
 @pytest.mark.parametrize("spec_name", list(SPECS))
-def test_decoded_frames_are_the_gluoncv_frames(counter_set: Path, mode: str, spec_name: str) -> None:
+def test_decoded_frames_are_the_gluoncv_frames(counter_set: Path, mode: str, spec_name: str, decoder: str) -> None:
     spec = SPECS[spec_name]
     one_view = TransformSpec(32, test_clips=1, test_crops=1)  # GluonCV's test: one clip of num_segments segments
-    ds = SlowFastClips(counter_set / "all.lst", counter_set, spec, one_view, WIDTH, HEIGHT, mode, seed=3)
+    ds = SlowFastClips(
+        counter_set / "all.lst", counter_set, spec, one_view, WIDTH, HEIGHT, mode, seed=3, decoder=decoder
+    )
     for epoch in (0, 1):
         ds.set_epoch(epoch)
         for index, entry in enumerate(ds.entries):

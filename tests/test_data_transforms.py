@@ -27,6 +27,7 @@ from clipflow.data.transforms import (
     as_video,
     center_crop_box,
     crop_size_pairs,
+    normalize_clips,
     train_crop_box,
     transform_clip,
 )
@@ -122,18 +123,38 @@ def normalised(pixels: np.ndarray, spec: TransformSpec) -> np.ndarray:
     return ((pixels / 255.0 - mean) / std).transpose(3, 0, 1, 2)
 
 
+def model_input(video: torch.Tensor, box, flip: bool, spec: TransformSpec, pick=None) -> torch.Tensor:
+    """transform_clip's uint8 clip as the model gets it: normalize_clips of it."""
+    return normalize_clips(transform_clip(video, box, flip, spec, pick), spec)
+
+
+def test_clips_stay_uint8_in_frame_memory_order_until_normalised() -> None:
+    frames = pattern(5, 48, 64)
+    spec = TransformSpec(32)
+    for box in [(6, 20, 32, 32), (0, 0, 48, 40)]:  # no resize, resize
+        clip = transform_clip(as_video(frames), box, False, spec)
+        assert clip.shape == (3, 5, 32, 32) and clip.dtype == torch.uint8
+        assert clip.permute(1, 2, 3, 0).is_contiguous()  # (T, H, W, C) memory: no transpose in the loader
+    exact = transform_clip(as_video(frames), (6, 20, 32, 32), False, spec)
+    assert torch.equal(exact, torch.from_numpy(frames[:, 6:38, 20:52]).permute(3, 0, 1, 2))
+    batch = torch.stack([exact, exact.flip(-1)])
+    normalised_batch = normalize_clips(batch, spec)
+    assert normalised_batch.dtype == torch.float32 and normalised_batch.is_contiguous()
+    torch.testing.assert_close(normalised_batch[1], normalize_clips(exact, spec).flip(-1), rtol=0, atol=0)
+
+
 def test_crop_and_flip_without_resize_give_the_pattern_pixels() -> None:
     frames = pattern(5, 48, 64)
     spec = TransformSpec(32, mean=(0.1, 0.5, 0.9), std=(0.2, 0.3, 0.4))
     top, left = 6, 20
-    out = transform_clip(as_video(frames), (top, left, 32, 32), True, spec)
+    out = model_input(as_video(frames), (top, left, 32, 32), True, spec)
     assert out.shape == (3, 5, 32, 32) and out.dtype == torch.float32 and out.is_contiguous()
     want = normalised(frames[:, top : top + 32, left : left + 32][:, :, ::-1], spec)
     np.testing.assert_allclose(out.numpy(), want, atol=1e-5)
     # the first output column after the flip is the crop's last one: green = 3 x (left + 31)
     green = out[1, 0, 0, 0] * 0.3 + 0.5
     assert round(float(green) * 255) == 3 * (left + 31)
-    plain = transform_clip(as_video(frames), (top, left, 32, 32), False, spec)
+    plain = model_input(as_video(frames), (top, left, 32, 32), False, spec)
     assert torch.equal(plain.flip(-1), out)
 
 
@@ -150,7 +171,7 @@ def test_resize_is_bilinear_without_antialias_on_uint8() -> None:
     frames = rng.integers(0, 256, size=(4, 60, 80, 3), dtype=np.uint8)
     unit = TransformSpec(32, mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))
     box = (5, 10, 45, 40)
-    out = transform_clip(as_video(frames), box, False, unit)
+    out = model_input(as_video(frames), box, False, unit)
     assert out.shape == (3, 4, 32, 32)
     crop = frames[:, 5:50, 10:50]
     assert float(out.min()) >= crop.min() / 255 - 1e-6 and float(out.max()) <= crop.max() / 255 + 1e-6
@@ -163,7 +184,7 @@ def test_resize_is_bilinear_without_antialias_on_uint8() -> None:
     flat = np.full((3, 50, 70, 3), 200, dtype=np.uint8)  # a flat frame stays exactly flat, up- or downscaled
     spec = TransformSpec(64)
     for crop_box in [(0, 0, 50, 50), (2, 3, 40, 30)]:
-        got = transform_clip(as_video(flat), crop_box, False, spec)
+        got = model_input(as_video(flat), crop_box, False, spec)
         np.testing.assert_allclose(got.numpy(), normalised(np.full((3, 64, 64, 3), 200, np.uint8), spec), atol=1e-6)
 
 
@@ -178,7 +199,7 @@ def test_resize_commutes_with_flip() -> None:
 def test_normalise_uses_mean_and_std_exactly() -> None:
     frames = np.random.default_rng(2).integers(0, 256, size=(2, 16, 16, 3), dtype=np.uint8)
     spec = TransformSpec(16, mean=(0.3, 0.6, 0.2), std=(0.5, 0.25, 0.125))
-    out = transform_clip(as_video(frames), (0, 0, 16, 16), False, spec)
+    out = model_input(as_video(frames), (0, 0, 16, 16), False, spec)
     np.testing.assert_allclose(out.numpy(), normalised(frames, spec), atol=1e-6)
     reference = F.normalize(F.to_dtype(torch.from_numpy(frames).permute(0, 3, 1, 2), scale=True), spec.mean, spec.std)
     torch.testing.assert_close(out, reference.permute(1, 0, 2, 3), rtol=0, atol=1e-6)
@@ -239,8 +260,8 @@ def band_frames(count: int) -> np.ndarray:
 
 
 def read_bands(clip: torch.Tensor, spec: TransformSpec) -> list[int]:
-    """The frame number each frame of a normalised (C, T, H, W) clip shows."""
-    pixels = clip.permute(1, 2, 3, 0) * torch.tensor(spec.std) + torch.tensor(spec.mean)  # (T, H, W, C) in [0, 1]
+    """The frame number each frame of a uint8 (C, T, H, W) clip shows."""
+    pixels = clip.permute(1, 2, 3, 0).float() / 255  # (T, H, W, C) in [0, 1]
     rows = HEIGHT // BANDS
     numbers = []
     for frame in pixels:
@@ -257,22 +278,35 @@ def band_set(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def decord_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, list]:
-    """Counts decord.VideoReader constructions and get_batch calls (the real ones still run)."""
+def reader_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, list]:
+    """Counts reader constructions and reads, of decord's VideoReader and of clipflow's PyAVReader
+    (the real ones still run)."""
     import decord
 
-    calls: dict[str, list] = {"open": [], "get_batch": []}
+    from clipflow.data import reader
 
-    class Counted(decord.VideoReader):
+    calls: dict[str, list] = {"open": [], "read": []}
+
+    class CountedDecord(decord.VideoReader):
         def __init__(self, uri, *args, **kwargs):
             calls["open"].append(uri)
             super().__init__(uri, *args, **kwargs)
 
         def get_batch(self, indices):
-            calls["get_batch"].append(list(indices))
+            calls["read"].append(list(indices))
             return super().get_batch(indices)
 
-    monkeypatch.setattr(decord, "VideoReader", Counted)
+    class CountedPyAV(reader.PyAVReader):
+        def __init__(self, path, *args, **kwargs):
+            calls["open"].append(str(path))
+            super().__init__(path, *args, **kwargs)
+
+        def get(self, indices):
+            calls["read"].append(list(indices))
+            return super().get(indices)
+
+    monkeypatch.setattr(decord, "VideoReader", CountedDecord)
+    monkeypatch.setattr(reader, "PyAVReader", CountedPyAV)
     return calls
 
 
@@ -299,11 +333,14 @@ def gluoncv_test_frames(num_frames: int, segments: int, spec: ClipSpec) -> list[
     return out
 
 
-def test_test_views_are_clips_times_crops_decoded_once(band_set: Path, decord_calls: dict[str, list]) -> None:
+@pytest.mark.parametrize("decoder", ["pyav", "decord"])
+def test_test_views_are_clips_times_crops_decoded_once(
+    band_set: Path, reader_calls: dict[str, list], decoder: str
+) -> None:
     import decord
 
     spec = TransformSpec(64, test_clips=10, test_crops=3)
-    ds = SlowFastClips(band_set / "all.lst", band_set, CLIP, spec, WIDTH, HEIGHT, "test")
+    ds = SlowFastClips(band_set / "all.lst", band_set, CLIP, spec, WIDTH, HEIGHT, "test", decoder=decoder)
     assert ds.views == 30
     for index, entry in enumerate(ds.entries):
         plans = ds.plans(index)
@@ -313,11 +350,11 @@ def test_test_views_are_clips_times_crops_decoded_once(band_set: Path, decord_ca
         assert [p.box for p in plans[:3]] == [(0, 0, 64, 64), (0, 24, 64, 64), (0, 48, 64, 64)]  # left, centre, right
         assert all(p.box == plans[k % 3].box and not p.flip for k, p in enumerate(plans))
 
-        decord_calls["open"].clear()
-        decord_calls["get_batch"].clear()
+        reader_calls["open"].clear()
+        reader_calls["read"].clear()
         slow, fast, label = ds[index]
         union = sorted({f for p in plans for f in p.fast + p.slow})
-        assert len(decord_calls["open"]) == 1 and decord_calls["get_batch"] == [union]
+        assert len(reader_calls["open"]) == 1 and reader_calls["read"] == [union]
         assert label == entry.label
         assert slow.shape == (30, 3, 2, 64, 64) and fast.shape == (30, 3, 4, 64, 64)
 
@@ -328,7 +365,7 @@ def test_test_views_are_clips_times_crops_decoded_once(band_set: Path, decord_ca
             assert read_bands(slow[v], spec) == plan.slow, (entry.path, v)
             top, left, h, w = plan.box
             expected = normalised(frames[plan.fast, top : top + h, left : left + w], spec)
-            np.testing.assert_allclose(fast[v].numpy(), expected, atol=1e-5)
+            np.testing.assert_allclose(normalize_clips(fast[v], spec).numpy(), expected, atol=1e-5)
         assert not torch.equal(fast[0], fast[1]) and not torch.equal(fast[1], fast[2])  # three places
     assert ds.plans(1)[-1].offsets == [5]  # 12 frames: tick (12 - 8 + 1) / 10, clip 9 at int(0.25 + 4.5) + 1
     assert all(p.offsets == [1] and p.fast == [1, 3, 4, 4] for p in ds.plans(2))  # shorter than the span
@@ -362,7 +399,7 @@ def test_train_and_val_items_keep_their_shapes(band_set: Path) -> None:
     for mode in ("train", "val"):
         ds = SlowFastClips(band_set / "all.lst", band_set, CLIP, spec, WIDTH, HEIGHT, mode, seed=1)
         slow, fast, _ = ds[0]
-        assert slow.shape == (3, 2, 48, 48) and fast.shape == (3, 4, 48, 48) and fast.dtype == torch.float32
+        assert slow.shape == (3, 2, 48, 48) and fast.shape == (3, 4, 48, 48) and fast.dtype == torch.uint8
         assert torch.equal(slow, fast[:, [1, 3]])  # the slow frames are every second fast one
         assert ds.plans(0) == [ds.plan(0)]
 

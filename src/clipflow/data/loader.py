@@ -3,7 +3,7 @@
 ``make_loader(dataset, batch_size, sampler, workers)``:
 
 - ``workers`` 0 loads in the calling process; more start that many worker processes,
-  each with one torch thread (the dataset's decord readers use one decoder thread),
+  each with one torch thread (the dataset's reader decodes on one thread),
   ``prefetch`` batches ahead per worker, and kept for the whole run (persistent).
 - The epoch. A dataset such as SlowFastClips draws each clip from (seed, epoch, index)
   and its epoch is set on the main process's object (``set_epoch``); a persistent
@@ -22,9 +22,12 @@
   process with its own one-line message, not as DataLoader's "Caught ... in DataLoader
   worker process" traceback; other exceptions (bugs) keep that traceback.
 
-Memory: decord's VideoReader is made per item and dropped after one ``get_batch``
-(measured: no growth over thousands of readers); bench/loader.py samples the resident
-memory of the loading processes over 2,000 clips (the README's loader table).
+Memory: a reader (PyAV's container, or decord's VideoReader) is made per item and
+dropped after one read; bench/loader.py samples the resident memory of the loading
+processes over 2,000 clips (the README's loader table: flat once the allocator's pools
+are filled).
+
+Batches: clips are stacked in their memory order (stack_in_memory_order), uint8.
 """
 
 from __future__ import annotations
@@ -79,18 +82,44 @@ class AtEpoch(Dataset):
             return WorkerFailure(str(exc))
 
 
+def stack_in_memory_order(column: list[torch.Tensor]) -> torch.Tensor:
+    """default_collate's stack of same-shaped tensors, keeping their memory order.
+
+    A clip is a (C, T, H, W) view of (T, H, W, C) memory (clipflow.data.transforms); a plain stack
+    would transpose every clip into (N, C, T, H, W) memory, which measured 3 ms a SlowFast 4x16
+    clip. Here the clips are copied as they lie into (N, T, H, W, C) memory (in shared memory in a
+    worker, as default_collate does) and the batch is its (N, C, T, H, W) view.
+    """
+    first = column[0]
+    order = sorted(range(first.dim()), key=lambda d: -first.stride(d))  # dimensions, outermost first
+    if order == list(range(first.dim())) or any(t.stride() != first.stride() for t in column):
+        return default_collate(column)
+    stacked = default_collate([t.permute(order) for t in column])
+    back = [0] * first.dim()
+    for position, d in enumerate(order):
+        back[d] = position + 1
+    return stacked.permute(0, *back)
+
+
 def collate(items: list[Any]) -> Any:
-    """default_collate, unless an item failed: then the batch is that failure."""
+    """default_collate (tensors stacked in their memory order), unless an item failed: then the batch
+    is that failure."""
     for item in items:
         if isinstance(item, WorkerFailure):
             return item
+    if isinstance(items[0], tuple):
+        columns = list(zip(*items, strict=True))
+        return tuple(
+            stack_in_memory_order(list(c)) if isinstance(c[0], torch.Tensor) else default_collate(list(c))
+            for c in columns
+        )
     return default_collate(items)
 
 
 def init_worker(worker_id: int) -> None:
     """In each worker process: one torch thread, so N workers use N cores; glibc keeps freed buffers.
 
-    A clip's buffers (decoded frames, its float pathways) are megabytes each, which glibc would
+    A clip's buffers (decoded frames, its pathways) are megabytes each, which glibc would
     map and unmap per item (measured for SlowFast 4x16 clips at 340x256: 4,800 page faults and
     68 ms of CPU a clip, 430 and 56 ms tuned). The trainer's own process is tuned by its parameter-server
     node, and forked workers inherit that; this also covers a worker started another way
@@ -148,6 +177,7 @@ def make_loader(
             batch_size=batch_size,
             sampler=sampler,
             drop_last=drop_last,
+            collate_fn=collate,
             pin_memory=pins(device),
             generator=generator,
         )

@@ -9,6 +9,7 @@ import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
+from clipflow.data.transforms import normalize_clips
 from clipflow.errors import ClipflowError
 from clipflow.models import build_model
 from clipflow.train.trainer import make_dataset
@@ -39,7 +40,7 @@ def evaluate(
     loss_sum = 0.0
     with torch.no_grad():
         for slow, fast, labels in loader:
-            logits = model(slow, fast)
+            logits = model(normalize_clips(slow, dataset.transform), normalize_clips(fast, dataset.transform))
             loss_sum += float(F.cross_entropy(logits, labels, reduction="sum"))
             best = logits.topk(k, dim=1).indices
             top1 += int((best[:, 0] == labels).sum())

@@ -26,7 +26,7 @@ from clipflow.data.dataset import SlowFastClips
 from clipflow.data.loader import make_loader
 from clipflow.data.sampling import ClipSpec
 from clipflow.data.splits import EpochSampler
-from clipflow.data.transforms import TransformSpec
+from clipflow.data.transforms import TransformSpec, normalize_clips
 from clipflow.errors import ClipflowError
 from clipflow.files import write_text_atomic
 from clipflow.models import build_model
@@ -93,6 +93,7 @@ def make_dataset(recipe: dict, list_path: Path, root: Path, mode: str, seed: int
         mode,
         seed,
         recipe["model"]["num_classes"],
+        d.get("decoder", "pyav"),
     )
 
 
@@ -113,6 +114,7 @@ class Trainer:
         self.epochs, self.batch_size = t["epochs"], t["batch_size"]
         shard = paths.splits_dir / f"worker{self.rank}.lst"
         self.dataset = make_dataset(recipe, shard, paths.root, "train", seed)
+        self.spec = self.dataset.transform  # the mean and std the uint8 clips are normalised with
         self.iters_per_epoch = len(self.dataset) // self.batch_size
         if self.iters_per_epoch == 0:
             raise ClipflowError(
@@ -277,7 +279,7 @@ class Trainer:
                 loaded = time.perf_counter()
                 lr = self.schedule(step)
                 self.sync.set_learning_rate(lr)
-                logits = self.model(slow, fast)
+                logits = self.model(normalize_clips(slow, self.spec), normalize_clips(fast, self.spec))
                 loss = F.cross_entropy(logits, labels)
                 loss.backward()  # full buckets are pushed from the hooks while backward goes on
                 self.sync.synchronize()
