@@ -469,13 +469,14 @@ def cmd_report(a: argparse.Namespace) -> int:
 
 
 def cmd_models(a: argparse.Namespace) -> int:
-    from clipflow.models import MODEL_NAMES, build_model, count_parameters
+    from clipflow.models import MODEL_NAMES, model_info
 
     if a.action == "list":
         print("\n".join(MODEL_NAMES))
         return 0
-    total, trainable = count_parameters(build_model({"name": a.name, "num_classes": a.num_classes}))
-    print(json.dumps({"name": a.name, "num_classes": a.num_classes, "parameters": total, "trainable": trainable}))
+    if a.name is None:
+        raise ClipflowError("models info needs a model name; `clipflow models list` lists them")
+    print(json.dumps(model_info(a.name, a.num_classes)))
     return 0
 
 
@@ -651,7 +652,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("models", help="model names and sizes")
     p.add_argument("action", choices=["list", "info"])
-    p.add_argument("name", nargs="?", default="slowfast_4x16_resnet50")
+    p.add_argument("name", nargs="?", help="a name from `models list` (info)")
     p.add_argument("--num-classes", type=int, default=400)
     p.set_defaults(func=cmd_models)
     return parser

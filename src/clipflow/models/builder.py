@@ -1,21 +1,80 @@
-"""Builds a model from a recipe's `model:` section; the one place that maps names to classes."""
+"""Builds a model from a recipe's `model:` section; the one place that maps names to classes.
+
+Two kinds of model, both called ``model(slow, fast)`` by the trainer and the evaluation:
+
+- SlowFast (ours, clipflow.models.slowfast), by its published names or as ``slowfast``
+  with every setting given;
+- torchvision's video classifiers by name (r3d_18, mc3_18, r2plus1d_18, s3d, mvit_v2_s,
+  swin3d_t), built without weights, whose one input is the fast pathway's frames
+  (a recipe sets them with ``fast_temporal_stride``; the slow ones are not read).
+
+Each name has a card: its pathways and the input it was published with, which
+``python -m clipflow models info`` runs through the model on the meta device (shapes
+only, no memory and no arithmetic) to print the output shape.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import nn
 
 from clipflow.errors import ClipflowError
 from clipflow.models.slowfast import RESNET_DEPTHS, SlowFast, SlowFastSpec
 
-# Published SlowFast variants: (alpha, lateral kernel, ResNet depth), as in PySlowFast and GluonCV.
+# Published SlowFast variants, as PySlowFast's configs (configs/Kinetics/SLOWFAST_4x16_R50, SLOWFAST_8x8_R50,
+# c2/SLOWFAST_8x8_R101_101_101) and GluonCV's model definitions give them: alpha is the ratio of fast to
+# slow frames (32 to 4 for 4x16, 32 to 8 for 8x8), the lateral kernel covers 5 or 7 fast frames.
 SLOWFAST_PRESETS = {
-    "slowfast_4x16_resnet50": {"alpha": 4, "fusion_kernel": 5, "depth": 50},
-    "slowfast_8x8_resnet50": {"alpha": 8, "fusion_kernel": 7, "depth": 50},
-    "slowfast_8x8_resnet101": {"alpha": 8, "fusion_kernel": 7, "depth": 101},
+    "slowfast_4x16_resnet50": {"alpha": 8, "fusion_kernel": 5, "depth": 50},
+    "slowfast_8x8_resnet50": {"alpha": 4, "fusion_kernel": 7, "depth": 50},
+    "slowfast_8x8_resnet101": {"alpha": 4, "fusion_kernel": 5, "depth": 101},
 }
-MODEL_NAMES = ("slowfast", *SLOWFAST_PRESETS)
+TORCHVISION_VIDEO = ("r3d_18", "mc3_18", "r2plus1d_18", "s3d", "mvit_v2_s", "swin3d_t")
+SLOWFAST_KEYS = {"depth", "width", "beta_inv", "alpha", "fusion_kernel", "fusion_channel_ratio", "dropout", "stem_pool"}
+
+
+@dataclass(frozen=True)
+class ModelCard:
+    """What a name builds and the input it was published with: frames per pathway (slow, fast or the one
+    clip) at ``size`` x ``size``."""
+
+    name: str
+    frames: tuple[int, ...]
+    size: int
+    source: str
+
+    @property
+    def pathways(self) -> int:
+        return len(self.frames)
+
+
+CARDS = {
+    "slowfast": ModelCard("slowfast", (4, 32), 224, "clipflow (settings from the recipe)"),
+    "slowfast_4x16_resnet50": ModelCard("slowfast_4x16_resnet50", (4, 32), 224, "PySlowFast, GluonCV"),
+    "slowfast_8x8_resnet50": ModelCard("slowfast_8x8_resnet50", (8, 32), 224, "PySlowFast, GluonCV"),
+    "slowfast_8x8_resnet101": ModelCard("slowfast_8x8_resnet101", (8, 32), 224, "PySlowFast, GluonCV"),
+    "r3d_18": ModelCard("r3d_18", (16,), 112, "torchvision"),
+    "mc3_18": ModelCard("mc3_18", (16,), 112, "torchvision"),
+    "r2plus1d_18": ModelCard("r2plus1d_18", (16,), 112, "torchvision"),
+    "s3d": ModelCard("s3d", (16,), 224, "torchvision"),
+    "mvit_v2_s": ModelCard("mvit_v2_s", (16,), 224, "torchvision (its input size is fixed: 16 x 224 x 224)"),
+    "swin3d_t": ModelCard("swin3d_t", (16,), 224, "torchvision"),
+}
+MODEL_NAMES = tuple(CARDS)
+
+
+class OnePathway(nn.Module):
+    """A one-input video classifier called as ``(slow, fast)``: it reads the fast pathway's frames."""
+
+    def __init__(self, net: nn.Module):
+        super().__init__()
+        self.net = net
+
+    def forward(self, slow: torch.Tensor, fast: torch.Tensor) -> torch.Tensor:
+        return self.net(fast)
 
 
 def _slowfast_spec(settings: dict[str, Any]) -> SlowFastSpec:
@@ -41,11 +100,25 @@ def _slowfast_spec(settings: dict[str, Any]) -> SlowFastSpec:
     )
 
 
+def card(name: Any) -> ModelCard:
+    if name not in CARDS:
+        raise ClipflowError(f"unknown model {name!r}; known models: {', '.join(MODEL_NAMES)}")
+    return CARDS[name]
+
+
 def build_model(settings: dict[str, Any]) -> nn.Module:
     """`settings` is a recipe's model section: `name`, `num_classes` and the architecture's own keys."""
-    name = settings.get("name")
-    if name not in MODEL_NAMES:
-        raise ClipflowError(f"unknown model {name!r}; known models: {', '.join(MODEL_NAMES)}")
+    name = card(settings.get("name")).name
+    classes = settings.get("num_classes")
+    if isinstance(classes, bool) or not isinstance(classes, int) or classes < 1:
+        raise ClipflowError(f"model.num_classes must be an integer >= 1, got {classes!r}")
+    if name in TORCHVISION_VIDEO:
+        foreign = sorted(set(settings) & SLOWFAST_KEYS)
+        if foreign:
+            raise ClipflowError(f"model.{foreign[0]} is a SlowFast setting; {name} takes only name and num_classes")
+        import torchvision.models
+
+        return OnePathway(torchvision.models.get_model(name, weights=None, num_classes=classes))
     merged = {**SLOWFAST_PRESETS.get(name, {}), **{k: v for k, v in settings.items() if k != "name"}}
     return SlowFast(_slowfast_spec(merged))
 
@@ -54,3 +127,25 @@ def count_parameters(model: nn.Module) -> tuple[int, int]:
     """(total, trainable) parameter counts."""
     params = list(model.parameters())
     return sum(p.numel() for p in params), sum(p.numel() for p in params if p.requires_grad)
+
+
+def model_info(name: str, num_classes: int, batch: int = 1) -> dict[str, Any]:
+    """Parameter counts and the input and output shapes of model ``name`` at its published input,
+    worked out on the meta device (no weights are allocated, nothing is computed)."""
+    found = card(name)
+    with torch.device("meta"):
+        model = build_model({"name": name, "num_classes": num_classes}).eval()
+        inputs = [torch.empty(batch, 3, t, found.size, found.size) for t in found.frames]
+        slow, fast = (inputs[0], inputs[1]) if len(inputs) == 2 else (inputs[0], inputs[0])
+        with torch.no_grad():
+            output = model(slow, fast)
+    total, trainable = count_parameters(model)
+    return {
+        "name": name,
+        "num_classes": num_classes,
+        "parameters": total,
+        "trainable": trainable,
+        "inputs": [list(x.shape) for x in inputs],
+        "output": list(output.shape),
+        "source": found.source,
+    }
