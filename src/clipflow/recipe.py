@@ -75,4 +75,25 @@ def load_recipe(name_or_path: str, overrides: dict | None = None, recipes_dir: s
         raise ClipflowError(f"recipe {path} must be a mapping of sections (model, data, train)")
     if overrides:
         data = deep_merge(data, overrides)
-    return validate(data, "recipe.schema.yaml", f"recipe {path.name}" + (" with overrides" if overrides else ""))
+    what = f"recipe {path.name}" + (" with overrides" if overrides else "")
+    recipe = validate(data, "recipe.schema.yaml", what)
+    check_pathways(recipe, what)
+    return recipe
+
+
+def check_pathways(recipe: dict, what: str) -> None:
+    """A SlowFast model's alpha must be the ratio of the data's slow to fast temporal strides: its lateral
+    connections stride the fast frames by alpha onto the slow ones."""
+    from clipflow.models.builder import SLOWFAST_PRESETS
+
+    model, data = recipe["model"], recipe["data"]
+    name = model.get("name")
+    if name != "slowfast" and name not in SLOWFAST_PRESETS:
+        return
+    alpha = model.get("alpha", SLOWFAST_PRESETS.get(name, {}).get("alpha", 8))
+    slow, fast = data["slow_temporal_stride"], data["fast_temporal_stride"]
+    if slow != alpha * fast:
+        raise ClipflowError(
+            f"{what}: data.slow_temporal_stride {slow} / data.fast_temporal_stride {fast} must be model "
+            f"{name}'s alpha {alpha} (the fast pathway has alpha times the slow one's frames)"
+        )
