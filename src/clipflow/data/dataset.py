@@ -1,8 +1,9 @@
 """A torch Dataset of SlowFast clips read from a scanned list file.
 
 Each item decodes its video once, one read (clipflow.data.reader: PyAV, or decord)
-of the sorted union of the frames its clips read, and crops, resizes, flips and normalises them with
-torchvision.transforms.v2 (see clipflow.data.transforms).
+of the sorted union of the frames its clips read, and crops, resizes and flips them
+with torchvision.transforms.v2 as uint8; clipflow.data.transforms.normalize_clips
+normalises a batch where the model runs.
 
 Test views. Mode "test" gives ``test_clips`` clips x ``test_crops`` crops per video.
 Temporally it is GluonCV's multi-clip test (test_recognizer with ``--num-segments``

@@ -19,7 +19,7 @@ The PyAV reader decodes on one thread and does no more than a clip needs:
 
 decord (``VideoReader(...).get_batch``) is kept as the other choice: it was GluonCV's
 reader. On 340x256 H.264 clips of 64 frames it measured 35 to 53 ms a clip, against
-31 for this one (bench/loader.py has the figures).
+31 to 35 for this one (bench/loader.py has the loader's figures with each).
 """
 
 from __future__ import annotations

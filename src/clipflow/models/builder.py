@@ -8,7 +8,7 @@ Two kinds of model, both called ``model(slow, fast)`` by the trainer and the eva
   swin3d_t), built without weights, whose one input is the fast pathway's frames
   (a recipe sets them with ``fast_temporal_stride``; the slow ones are not read).
 
-Each name has a card: its pathways and the input it was published with, which
+Each name has a card: the input it was published with (frames per pathway, side), which
 ``python -m clipflow models info`` runs through the model on the meta device (shapes
 only, no memory and no arithmetic) to print the output shape.
 """
@@ -45,10 +45,6 @@ class ModelCard:
     frames: tuple[int, ...]
     size: int
     source: str
-
-    @property
-    def pathways(self) -> int:
-        return len(self.frames)
 
 
 CARDS = {
