@@ -158,6 +158,42 @@ def compressed_pushpull(kv: KVStore, out_dir: Path) -> None:
     np.savez(out_dir / f"gc_rank{kv.rank}.npz", **saved)
 
 
+CLIP = 0.05  # below the gradients' norms at these steps: every worker's gradients are scaled
+
+
+def clipped_reference(clip: float | None) -> torch.nn.Module:
+    """One process, plain torch: each worker's half-batch gradients clipped to norm ``clip`` on their own
+    (GluonCV's --clip-grad before the kvstore; None: not clipped), then averaged; SGD with momentum."""
+    model = make_model(0)
+    opt = torch.optim.SGD(model.parameters(), lr=lr_at(0), momentum=MOMENTUM)
+    x, y = data()
+    for step in range(STEPS):
+        opt.param_groups[0]["lr"] = lr_at(step)
+        halves = []
+        for rank in range(2):
+            start = step * 2 * HALF_BATCH + rank * HALF_BATCH
+            model.zero_grad()
+            torch.nn.functional.cross_entropy(
+                model(x[start : start + HALF_BATCH]), y[start : start + HALF_BATCH]
+            ).backward()
+            if clip is not None:
+                torch.nn.utils.clip_grad_norm_(list(model.parameters()), clip)
+            halves.append([p.grad.clone() for p in model.parameters()])
+        for p, a, b in zip(model.parameters(), *halves, strict=True):
+            p.grad = (a + b) / 2
+        opt.step()
+    return model
+
+
+def clipped(kv: KVStore) -> tuple[torch.nn.Module, PSSync]:
+    model = make_model(kv.rank)
+    optimizer = {"learning_rate": lr_at(0), "momentum": MOMENTUM, "rescale_grad": 1.0 / kv.num_workers}
+    ps = PSSync(model, kv, optimizer=optimizer, bucket_bytes=256, key_base=5_000_000, clip_norm=CLIP)
+    x, y = data()
+    worker_steps(kv, ps, model, torch.nn.functional.cross_entropy, x, y, HALF_BATCH, STEPS, lr_at)
+    return model, ps
+
+
 def scenario_sync(kv: KVStore) -> dict:
     nesterov = os.environ["CLIPFLOW_TEST_NESTEROV"] == "1"
     out_dir = Path(os.environ["CLIPFLOW_TEST_DIR"])
@@ -193,6 +229,10 @@ def scenario_sync(kv: KVStore) -> dict:
     facts["restored_equal"] = all(torch.equal(v, saved[k]) for k, v in kv.save_optimizer_states().items())
     facts["state_shapes"] = {str(k): list(v.shape) for k, v in saved.items()}
     facts["fit"] = fit(kv, update_on_kvstore=False)
+    clip_model, clip_ps = clipped(kv)
+    facts["clipped_vs_ref"] = max_diff(clip_model, clipped_reference(CLIP))
+    facts["clipped_vs_unclipped_ref"] = max_diff(clip_model, clipped_reference(None))
+    facts["clipped_pushed_in_backward"] = clip_ps.pushed_in_backward
     compressed_pushpull(kv, out_dir)
     kv.barrier()
     return facts

@@ -217,6 +217,13 @@ def test_update_on_kvstore_true_and_false_agree(sync_runs: dict, flavour: str) -
         assert facts["states_diff"] <= TOL, facts
 
 
+def test_gradient_clipping_scales_each_workers_gradients_before_the_push(sync_runs: dict) -> None:
+    for facts in sync_runs["momentum"][1]:
+        assert facts["clipped_vs_ref"] <= TOL, facts  # each half-batch clipped on its own, then averaged
+        assert facts["clipped_vs_unclipped_ref"] > 100 * TOL, facts  # and the clipping did change the weights
+        assert facts["clipped_pushed_in_backward"] == 0, facts  # the norm needs every gradient first
+
+
 def test_optimizer_states_round_trip_through_servers(sync_runs: dict) -> None:
     for flavour in FLAVOURS:
         for facts in sync_runs[flavour][1]:

@@ -79,6 +79,18 @@ def test_two_workers_train_one_epoch_and_write_the_model(tmp_path, tiny_videos):
     assert "final model" in done.stdout
 
 
+def test_no_wd_and_gradient_clipping_reach_the_parameter_server(tmp_path, tiny_videos):
+    """The recipe's train.no_wd and train.clip_grad configure PSSync (its semantics: test_ps_semantics)."""
+    splits = two_splits(tmp_path, tiny_videos)
+    done = launch(tmp_path, tiny_videos, splits, overrides={**TINY, "train": {**TINY["train"], "no_wd": True,
+                                                                             "clip_grad": 0.5}})  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "gradients clipped to L2 norm 0.5 per worker before the push" in done.stdout
+    spared = next(line for line in done.stdout.splitlines() if "no weight decay on" in line)
+    count, total = (int(w) for w in spared.split("no weight decay on ")[1].split(" parameters")[0].split(" of "))
+    assert 0 < count < total, spared
+
+
 def test_servers_run_the_optimizer_with_2bit_compression_and_resume_their_momentum(tmp_path, tiny_videos):
     """update_on_kvstore with 2-bit pushes; worker 1 killed in epoch 2; the rerun loads the servers' momentum."""
     splits = two_splits(tmp_path, tiny_videos)

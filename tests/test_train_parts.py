@@ -73,3 +73,31 @@ def test_fault_setting():
         parse("worker1")
     assert FaultInjector(0, {"CLIPFLOW_FAULT_KILL": "1:2"}).at is None
     assert FaultInjector(1, {"CLIPFLOW_FAULT_KILL": "1:2"}).at == (2, 0)
+
+
+def test_no_wd_spares_biases_and_batchnorm_and_decays_the_rest():
+    from clipflow.models import build_model
+    from clipflow.recipe import load_recipe
+    from clipflow.train.trainer import no_decay_mults
+
+    model = build_model(load_recipe("slowfast_tiny_synthetic")["model"])
+    mults = no_decay_mults(model)
+    assert set(mults) == {name for name, _ in model.named_parameters()}
+    bn = {f"{m}.{n}" for m, mod in model.named_modules() if isinstance(mod, torch.nn.BatchNorm3d)
+          for n, _ in mod.named_parameters(recurse=False)}  # fmt: skip
+    assert bn and all(mults[name] == 0.0 for name in bn)
+    assert all(mults[name] == 0.0 for name in mults if name.endswith(".bias"))
+    decayed = [name for name, m in mults.items() if m == 1.0]
+    assert decayed and all(name.endswith("weight") and name not in bn for name in decayed)
+    assert any(".conv" in name or "fuse" in name for name in decayed) and "head.weight" in " ".join(decayed)
+
+
+def test_recipe_gradient_clipping_and_no_wd_are_checked():
+    from clipflow.recipe import load_recipe
+
+    recipe = load_recipe("slowfast_tiny_synthetic")
+    assert recipe["train"]["clip_grad"] == 0 and recipe["train"]["no_wd"] is False
+    with pytest.raises(ClipflowError, match=r"train.clip_grad: -1 is less than the minimum of 0"):
+        load_recipe("slowfast_tiny_synthetic", {"train": {"clip_grad": -1}})
+    with pytest.raises(ClipflowError, match=r"train.no_wd: 'yes' is not of type 'boolean'"):
+        load_recipe("slowfast_tiny_synthetic", {"train": {"no_wd": "yes"}})

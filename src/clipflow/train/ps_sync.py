@@ -33,6 +33,10 @@ and pulls every bucket:
 At construction every worker gets rank 0's weights (the keys are initialised with
 them, then pulled). Parameters whose weight decay multiplier differs (``wd_mult``,
 e.g. 0 for biases and BN) go to different buckets, so a multiplier is per key.
+With ``clip_norm`` > 0 each worker scales its own gradients to that global L2 norm at
+most before pushing (GluonCV's ``--clip-grad``: ``clip_global_norm`` of the local
+gradients before the kvstore), so the hooks only mark buckets ready and
+:meth:`synchronize` pushes them all after the norm is known: no overlap.
 One backward per :meth:`synchronize`. The KVStore is used from one thread at a
 time: hooks run in the thread running backward (for CPU tensors the caller's; for
 CUDA ones an autograd device thread, while the caller waits in ``backward``).
@@ -92,9 +96,13 @@ class PSSync:
         bucket_bytes: int = DEFAULT_BUCKET_BYTES,
         key_base: int = KEY_BASE,
         wd_mult: WdMult = None,
+        clip_norm: float = 0.0,
     ) -> None:
         if bucket_bytes < 1:
             raise ClipflowError(f"bucket_bytes must be >= 1, got {bucket_bytes}")
+        if not clip_norm >= 0:
+            raise ClipflowError(f"clip_norm must be >= 0 (0: no clipping), got {clip_norm}")
+        self.clip_norm = float(clip_norm)
         if update_on_kvstore and optimizer is None:
             raise ClipflowError("update_on_kvstore=True needs an optimizer for the servers to run")
         self.kv = kv
@@ -151,6 +159,9 @@ class PSSync:
 
     def synchronize(self) -> None:
         """Push what backward left unpushed, wait for the merged buckets, write grads or weights."""
+        if self.clip_norm > 0:
+            grads = [p for b in self.buckets for p in b.params if p.grad is not None]
+            torch.nn.utils.clip_grad_norm_(grads, self.clip_norm)
         for b in self.buckets:
             if not b.pushed:
                 self._push(b)
@@ -225,7 +236,7 @@ class PSSync:
     def _hook(self, bucket: _Bucket, index: int) -> Callable[[torch.Tensor], None]:
         def hook(_: torch.Tensor) -> None:
             bucket.ready.add(index)
-            if len(bucket.ready) == len(bucket.params) and not bucket.pushed:
+            if len(bucket.ready) == len(bucket.params) and not bucket.pushed and not self.clip_norm:
                 self._push(bucket)
                 self.pushed_in_backward += 1
 

@@ -106,6 +106,17 @@ def fingerprint(recipe: dict, num_workers: int, seed: int, ps: PSSettings, shard
     return digest.hexdigest()[:16]
 
 
+def no_decay_mults(model: torch.nn.Module) -> dict[str, float]:
+    """Weight decay multiplier 0 for every bias and for BatchNorm's scale and shift (GluonCV's --no-wd:
+    ``collect_params('.*beta|.*gamma|.*bias').setattr('wd_mult', 0.0)``), 1 for the rest."""
+    zero = set()
+    for module_name, module in model.named_modules():
+        for name, _ in module.named_parameters(recurse=False):
+            if name == "bias" or isinstance(module, torch.nn.modules.batchnorm._NormBase):
+                zero.add(f"{module_name}.{name}" if module_name else name)
+    return {name: 0.0 if name in zero else 1.0 for name, _ in model.named_parameters()}
+
+
 class Trainer:
     def __init__(self, kv: Any, recipe: dict, paths: WorkerPaths, seed: int, ps: PSSettings, log=print):
         self.kv, self.recipe, self.paths, self.seed, self.ps, self.log = kv, recipe, paths, seed, ps, log
@@ -187,7 +198,15 @@ class Trainer:
             update_on_kvstore=self.ps.update_on_kvstore,
             optimizer={"learning_rate": self.lr, "momentum": t["momentum"], "wd": t["wd"],
                        "nesterov": t["nesterov"], "rescale_grad": 1.0 / self.num_workers},
+            wd_mult=no_decay_mults(self.model) if t["no_wd"] else None,
+            clip_norm=t["clip_grad"],
         )  # fmt: skip
+        if self.rank == 0 and t["no_wd"]:
+            spared = [b for b in self.sync.buckets if b.wd_mult == 0.0]
+            count, total = sum(len(b.params) for b in spared), len(list(self.model.parameters()))
+            self.log(f"no weight decay on {count} of {total} parameters (biases, BatchNorm), {len(spared)} buckets")
+        if self.rank == 0 and self.sync.clip_norm:
+            self.log(f"gradients clipped to L2 norm {self.sync.clip_norm:g} per worker before the push")
         if self.ps.compression != "none":
             self.kv.set_gradient_compression({"type": self.ps.compression, "threshold": self.ps.threshold},
                                              keys=self.sync.keys)  # fmt: skip
