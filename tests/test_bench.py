@@ -44,3 +44,10 @@ def test_loader_bench_runs_every_figure() -> None:
     for process in ("after_rss_main", "after_workers2_rss_worker0", "after_workers2_rss_worker1"):
         assert figures[f"{process}_last_mib"] > 0 and f"{process}_slope_mib_per_1000" in figures, figures
     assert figures["decord_readers_rss_last_mib"] > 0
+
+
+def test_train_step_bench_runs_every_variant() -> None:
+    figures = last_json("bench/train_step.py", "--quick")
+    assert figures["bench"] == "train_step" and figures["fp32_ratio"] == 1.0
+    for name in ("fp32", "channels_last", "bf16", "bf16_channels_last"):
+        assert figures[f"{name}_clips_per_s"] > 0 and figures[f"{name}_ratio"] > 0, figures

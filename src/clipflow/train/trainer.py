@@ -34,6 +34,7 @@ from clipflow.train.checkpoint import CheckpointStore, atomic_save
 from clipflow.train.faults import FaultInjector
 from clipflow.train.ps_sync import PSSync
 from clipflow.train.schedule import Schedule, scaled_lr
+from clipflow.train.step import StepOptions
 
 # Key ranges on the parameter server, one per kind of tensor (PSSync's buckets start at 1,000,000).
 STATE_KEYS = 100_000
@@ -147,6 +148,8 @@ class Trainer:
         )
         torch.manual_seed(seed)
         self.model = build_model(recipe["model"])
+        self.step_options = StepOptions.of(t)
+        self.forward = self.step_options.prepare(self.model)  # the same parameters, maybe compiled
         self.sync: PSSync | None = None  # made once rank 0's state is known (_resume_state)
         run_id = fingerprint(recipe, self.num_workers, seed, ps, shard)
         self.store = CheckpointStore(paths.checkpoint_root / run_id, keep=t["keep_checkpoints"], log=log)
@@ -298,7 +301,9 @@ class Trainer:
                 loaded = time.perf_counter()
                 lr = self.schedule(step)
                 self.sync.set_learning_rate(lr)
-                logits = self.model(normalize_clips(slow, self.spec), normalize_clips(fast, self.spec))
+                logits = self.step_options.logits(
+                    self.forward, normalize_clips(slow, self.spec), normalize_clips(fast, self.spec)
+                )
                 loss = F.cross_entropy(logits, labels)
                 loss.backward()  # full buckets are pushed from the hooks while backward goes on
                 self.sync.synchronize()

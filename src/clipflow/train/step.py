@@ -1,0 +1,61 @@
+"""How a training step runs the model: precision, memory layout, compilation.
+
+``StepOptions.of(recipe["train"])`` reads ``precision`` (``fp32``, or ``bf16``: autocast
+to bfloat16 on the model's device, BatchNorm and the loss staying float32, as torch's
+autocast lists them), ``channels_last`` (model and clips in channels_last_3d, the layout
+cuDNN's and oneDNN's 3D convolutions prefer) and ``compile`` (torch.compile of the
+model). ``prepare(model)`` applies the layout and compilation once; ``logits(model,
+slow, fast)`` runs the forward under the chosen precision. The trainer and
+bench/train_step.py both go through here, so the bench measures the trainer's step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from clipflow.errors import ClipflowError
+
+PRECISIONS = ("fp32", "bf16")
+
+
+@dataclass(frozen=True)
+class StepOptions:
+    precision: str = "fp32"
+    channels_last: bool = False
+    compile: bool = False
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ClipflowError(f"train.precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
+
+    @classmethod
+    def of(cls, train: dict) -> StepOptions:
+        return cls(train.get("precision", "fp32"), bool(train.get("channels_last", False)),
+                   bool(train.get("compile", False)))  # fmt: skip
+
+    def prepare(self, model: nn.Module) -> nn.Module:
+        """The model to call: in channels_last_3d and compiled if asked (its parameters are the same
+        tensors, so optimizers and the parameter server's hooks keep working on them)."""
+        if self.channels_last:
+            model = model.to(memory_format=torch.channels_last_3d)
+        if self.compile:
+            model = torch.compile(model)
+        return model
+
+    def logits(self, model: nn.Module, slow: torch.Tensor, fast: torch.Tensor) -> torch.Tensor:
+        """The forward pass of one step (the loss is for the caller, outside autocast: float32)."""
+        if self.channels_last:
+            slow = slow.contiguous(memory_format=torch.channels_last_3d)
+            fast = fast.contiguous(memory_format=torch.channels_last_3d)
+        with self._autocast(fast.device.type):
+            out = model(slow, fast)
+        return out.float()
+
+    def _autocast(self, device_type: str):
+        if self.precision == "bf16":
+            return torch.autocast(device_type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
