@@ -79,6 +79,28 @@ def test_two_workers_train_one_epoch_and_write_the_model(tmp_path, tiny_videos):
     assert "final model" in done.stdout
 
 
+def test_validation_each_epoch_covers_the_val_list_once_over_the_workers_and_keeps_the_best(tmp_path, tiny_videos):
+    splits = two_splits(tmp_path, tiny_videos)
+    val = [VideoEntry(r.path, r.label, r.num_frames)
+           for r in scan(read_list(tiny_videos / "val_labels.txt"), tiny_videos, workers=2)]  # fmt: skip
+    write_list(tmp_path / "val.lst", val)
+    three = {**TINY, "train": {**TINY["train"], "epochs": 3, "eval_every": 1}}
+    done = launch(tmp_path, tiny_videos, splits, "--val-list", str(tmp_path / "val.lst"), overrides=three)
+    assert done.returncode == 0, done.stdout + done.stderr
+    history = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [h["epoch"] for h in history] == [1, 2, 3]
+    assert all(h["val_videos"] == len(val) == 8 for h in history)  # worker 0's share + worker 1's
+    assert all(0 <= h["val_top1"] <= h["val_top5"] <= 1 and h["val_loss"] > 0 for h in history)
+    assert "val loss" in done.stdout and "top-5" in done.stdout
+    best = json.loads(next((tmp_path / "ckpt").rglob("best.json")).read_text())
+    tops = [h["val_top1"] for h in history]
+    assert best["epoch"] == 1 + tops.index(max(tops)) and best["val_top1"] == max(tops)
+    saved = torch.load(next((tmp_path / "ckpt").rglob("best.pt")), weights_only=False)
+    assert saved["epoch"] == best["epoch"] and set(saved["model"]) == set(
+        torch.load(tmp_path / "model.pt", weights_only=False)["model"]
+    )
+
+
 def test_no_wd_and_gradient_clipping_reach_the_parameter_server(tmp_path, tiny_videos):
     """The recipe's train.no_wd and train.clip_grad configure PSSync (its semantics: test_ps_semantics)."""
     splits = two_splits(tmp_path, tiny_videos)

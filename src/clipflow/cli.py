@@ -358,6 +358,7 @@ def _add_worker_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint-root", required=True)
     p.add_argument("--model-out", required=True)
     p.add_argument("--metrics-out", required=True)
+    p.add_argument("--val-list", default="", help="scanned val list: validation while training (train.eval_every)")
     p.add_argument("--kvstore", default="dist_sync")
     p.add_argument("--update-on-kvstore", action="store_true", help="the servers run the optimizer")
     p.add_argument("--compression", default="none", choices=["none", "2bit"], help="gradient compression")
@@ -367,8 +368,8 @@ def _add_worker_args(p: argparse.ArgumentParser) -> None:
 
 def _worker_argv(a: argparse.Namespace) -> list[str]:
     """The worker's arguments; paths absolute, so a role on another host (shared storage) finds them."""
-    for name in ("recipe", "splits_dir", "root", "checkpoint_root", "model_out", "metrics_out"):
-        if name != "recipe" or Path(a.recipe).exists():  # a recipe may also be a name
+    for name in ("recipe", "splits_dir", "root", "checkpoint_root", "model_out", "metrics_out", "val_list"):
+        if (name != "recipe" or Path(a.recipe).exists()) and getattr(a, name):  # a recipe may also be a name
             setattr(a, name, str(Path(getattr(a, name)).absolute()))
     return [
         "--recipe",
@@ -385,6 +386,7 @@ def _worker_argv(a: argparse.Namespace) -> list[str]:
         a.model_out,
         "--metrics-out",
         a.metrics_out,
+        *(["--val-list", a.val_list] if a.val_list else []),
         "--kvstore",
         a.kvstore,
         *(["--update-on-kvstore"] if a.update_on_kvstore else []),
@@ -428,7 +430,12 @@ def cmd_train_worker(a: argparse.Namespace) -> int:
     torch.set_num_threads(int(threads) if threads else max(1, (os.cpu_count() or 1) // workers_here))
     recipe = load_recipe(a.recipe, _json(a.overrides))
     paths = WorkerPaths(
-        Path(a.splits_dir), Path(a.root), Path(a.checkpoint_root), Path(a.model_out), Path(a.metrics_out)
+        Path(a.splits_dir),
+        Path(a.root),
+        Path(a.checkpoint_root),
+        Path(a.model_out),
+        Path(a.metrics_out),
+        Path(a.val_list) if a.val_list else None,
     )
     ps = PSSettings(a.kvstore, a.update_on_kvstore, a.compression, a.compression_threshold)
     with KVStore.create(ps.mode) as kv:  # an exception tells the scheduler, which stops the other nodes

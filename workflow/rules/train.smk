@@ -8,6 +8,7 @@ rule train:
         plan=ancient(f"{RESULTS}/cluster/plan.json"),
         cluster=[ancient(path) for path in cluster_ready()[1:]],
         splits=rules.splits.output,
+        val=f"{INDEX}/val.lst",
         recipe=RECIPE_FILE,
     output:
         model=f"{RESULTS}/train/model_final.pt",
@@ -32,6 +33,6 @@ rule train:
         "python -m clipflow train launch --plan {input.plan:q} --log-dir {params.logs:q}"
         " --recipe {input.recipe:q} --overrides {params.overrides:q} --splits-dir {params.splits:q}"
         " --root {params.root:q} --checkpoint-root {params.checkpoints:q} --model-out {output.model:q}"
-        " --metrics-out {output.history:q} --kvstore {params.kvstore} {params.on_servers}"
+        " --metrics-out {output.history:q} --val-list {input.val:q} --kvstore {params.kvstore} {params.on_servers}"
         " --compression {params.compression[type]} --compression-threshold {params.compression[threshold]}"
         " --seed {params.seed} 2>&1 | tee {log:q}"

@@ -35,12 +35,14 @@ from clipflow.train.faults import FaultInjector
 from clipflow.train.ps_sync import PSSync
 from clipflow.train.schedule import Schedule, scaled_lr
 from clipflow.train.step import StepOptions
+from clipflow.train.validate import ValShard
 
 # Key ranges on the parameter server, one per kind of tensor (PSSync's buckets start at 1,000,000).
 STATE_KEYS = 100_000
 MOMENTUM_KEYS = 200_000
 META_KEY = 300_000
 METRIC_KEY = 300_001
+VAL_KEY = 300_002
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,7 @@ class WorkerPaths:
     checkpoint_root: Path
     model_out: Path
     metrics_out: Path
+    val_list: Path | None = None  # validation during training (train.eval_every) when given
 
 
 def clip_spec(recipe: dict) -> ClipSpec:
@@ -155,6 +158,13 @@ class Trainer:
         self.store = CheckpointStore(paths.checkpoint_root / run_id, keep=t["keep_checkpoints"], log=log)
         self.history_path = self.store.folder / "metrics.jsonl"
         self.faults = FaultInjector(self.rank)
+        self.eval_every = t["eval_every"] if paths.val_list is not None else 0
+        self.val = (
+            ValShard.of(lambda path: make_dataset(recipe, path, paths.root, "val", seed), paths.val_list,
+                        self.rank, self.num_workers, t["eval_batch_size"])
+            if self.eval_every else None
+        )  # fmt: skip
+        self.best_path = self.store.folder / "best.pt"
         self.partial: dict = {}  # rank 0, resumed inside an epoch: the totals over all workers so far
         if self.rank == 0:
             log(
@@ -216,6 +226,7 @@ class Trainer:
         if done[0] > 0 or done[2] > 0:
             self._share_optimizer_states(optimizer_states)
         self.kv.init(METRIC_KEY, torch.zeros(3))
+        self.kv.init(VAL_KEY, torch.zeros(4))
         return int(done[0]), int(done[1]), int(done[2])
 
     def _share_optimizer_states(self, states: dict) -> None:
@@ -238,6 +249,26 @@ class Trainer:
         totals = torch.tensor([loss_sum, float(correct), float(count)])
         self.kv.pushpull([METRIC_KEY], [totals], [totals])
         return float(totals[0] / totals[2]), float(totals[1] / totals[2])
+
+    def _validate(self) -> dict:
+        """The val list scored by every worker's share, summed (collective): val loss, top-1, top-5."""
+        self.model.eval()
+        local = self.val.totals(lambda slow, fast: self.step_options.logits(self.forward, slow, fast),
+                                self.recipe["model"]["num_classes"]).float()  # fmt: skip
+        self.model.train()
+        self.kv.pushpull([VAL_KEY], [local], [local])
+        loss, top1, top5, count = (float(v) for v in local)
+        return {"val_loss": loss / count, "val_top1": top1 / count, "val_top5": top5 / count, "val_videos": int(count)}
+
+    def _best_so_far(self) -> float:
+        """val top-1 of the best checkpoint written so far (-1 when none is)."""
+        marker = self.best_path.with_suffix(".json")
+        return json.loads(marker.read_text())["val_top1"] if marker.exists() else -1.0
+
+    def _save_best(self, epoch: int, val: dict) -> None:
+        atomic_save({"model": self.model.state_dict(), "recipe": self.recipe, "epoch": epoch, **val}, self.best_path)
+        write_text_atomic(self.best_path.with_suffix(".json"), json.dumps({"epoch": epoch, **val}) + "\n")
+        self.log(f"best val top-1 so far: {self.best_path} (epoch {epoch})")
 
     # -- the loop --------------------------------------------------------------------------------
 
@@ -322,6 +353,7 @@ class Trainer:
             count_here = count - (totals["count"] if first and self.rank == 0 else 0)
             elapsed = time.perf_counter() - began
             loss_avg, acc = self._global_metrics(loss_sum, correct, count)
+            val = self._validate() if self.eval_every and (epoch % self.eval_every == 0 or epoch == self.epochs) else {}
             if self.rank == 0:
                 record = {
                     "epoch": epoch,
@@ -333,11 +365,17 @@ class Trainer:
                     "data_time": data_time,
                     "step_time": step_time,
                     "epoch_time": elapsed,
+                    **val,
                 }
                 self.log(
                     f"epoch {epoch}/{self.epochs} loss {loss_avg:.4f} train top-1 {acc:.3f} "
                     f"{record['clips_per_s']:.1f} clips/s (data {data_time:.1f} s, compute {step_time:.1f} s)"
                 )
+                if val:
+                    self.log(f"epoch {epoch}/{self.epochs} val loss {val['val_loss']:.4f} top-1 {val['val_top1']:.3f} "
+                             f"top-5 {val['val_top5']:.3f} over {val['val_videos']} videos")  # fmt: skip
+                    if val["val_top1"] > self._best_so_far():
+                        self._save_best(epoch, val)
                 self._append_history(record, epoch - 1)
                 if epoch % self.recipe["train"]["save_frequency"] == 0 or epoch == self.epochs:
                     self._checkpoint(epoch, step)

@@ -1,0 +1,48 @@
+"""Validation during training: each worker scores its share of the val list, the totals are summed.
+
+Worker ``rank`` of ``W`` takes videos ``rank, rank + W, ...`` of the list (every video
+once over all workers), one centre clip each (the dataset's "val" mode), in batches
+of ``eval_batch_size``; :meth:`ValShard.totals` gives (loss sum, top-1 hits, top-5
+hits, videos) for the trainer to sum over the workers, so the epoch's val loss, top-1
+and top-5 are over the whole list. The model runs in eval mode with this worker's
+BatchNorm statistics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from clipflow.data.loader import make_loader
+from clipflow.data.transforms import normalize_clips
+
+
+class ValShard:
+    def __init__(self, dataset, rank: int, num_workers: int, batch_size: int):
+        self.dataset = dataset
+        self.indices = list(range(rank, len(dataset), num_workers))
+        self.loader = make_loader(dataset, batch_size, self.indices, workers=0, drop_last=False)
+
+    @classmethod
+    def of(cls, make_dataset: Callable[[Path], object], val_list: Path, rank: int, num_workers: int, batch: int):
+        return cls(make_dataset(val_list), rank, num_workers, batch)
+
+    def totals(self, logits_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], classes: int) -> torch.Tensor:
+        """(loss sum, top-1 hits, top-5 hits, videos) over this worker's share; top-5 is top-k for fewer classes."""
+        k = min(5, classes)
+        out = torch.zeros(4, dtype=torch.float64)
+        spec = self.dataset.transform
+        with torch.no_grad():
+            for slow, fast, labels in self.loader:
+                logits = logits_of(normalize_clips(slow, spec), normalize_clips(fast, spec))
+                best = logits.topk(k, dim=1).indices
+                out += torch.tensor([
+                    float(F.cross_entropy(logits, labels, reduction="sum")),
+                    float((best[:, 0] == labels).sum()),
+                    float((best == labels[:, None]).any(dim=1).sum()),
+                    float(len(labels)),
+                ], dtype=torch.float64)  # fmt: skip
+        return out
