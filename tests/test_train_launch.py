@@ -101,6 +101,16 @@ def test_validation_each_epoch_covers_the_val_list_once_over_the_workers_and_kee
     )
 
 
+def test_a_missing_or_broken_val_list_is_named_before_anything_starts(tmp_path, tiny_videos):
+    splits = two_splits(tmp_path, tiny_videos)
+    missing = launch(tmp_path, tiny_videos, splits, "--val-list", str(tmp_path / "nope.lst"))
+    assert missing.returncode == 2 and f"list file {tmp_path / 'nope.lst'} does not exist" in missing.stderr
+    (tmp_path / "bad.lst").write_text("videos/val/a.mp4 12 three\n")
+    broken = launch(tmp_path, tiny_videos, splits, "--val-list", str(tmp_path / "bad.lst"))
+    assert broken.returncode == 2 and f"{tmp_path / 'bad.lst'} line 1" in broken.stderr, broken.stderr
+    assert not (tmp_path / "logs").exists()  # no role was started
+
+
 def test_no_wd_and_gradient_clipping_reach_the_parameter_server(tmp_path, tiny_videos):
     """The recipe's train.no_wd and train.clip_grad configure PSSync (its semantics: test_ps_semantics)."""
     splits = two_splits(tmp_path, tiny_videos)

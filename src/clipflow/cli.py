@@ -406,6 +406,10 @@ def cmd_train_launch(a: argparse.Namespace) -> int:
     from clipflow.train.roles import role_commands
 
     load_recipe(a.recipe, _json(a.overrides))  # fail here, once, rather than in every worker
+    if a.val_list:
+        from clipflow.data.listfile import read_list
+
+        read_list(a.val_list)  # a missing or broken val list, named here
     plan = Plan.read(a.plan)
     check_ports(plan)
     python = plan.python or sys.executable
