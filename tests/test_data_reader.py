@@ -13,6 +13,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
+from test_data_sampling import read_counters  # the same 8-bar frame numbers, 128 x 64
 
 from clipflow.data.reader import SEEK_AFTER, FrameTable, PyAVReader, read_frames, runs
 from clipflow.errors import ClipflowError
@@ -38,13 +39,6 @@ def counter_video(path: Path, count: int, keyint: int, bframes: int) -> Path:
             out.mux(stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")))
         out.mux(stream.encode())
     return path
-
-
-def read_counters(frames: np.ndarray) -> list[int]:
-    bar = WIDTH // BITS
-    middle = frames[:, HEIGHT // 3 : 2 * HEIGHT // 3].mean(axis=(1, 3))
-    return [sum(int(middle[t, b * bar + bar // 4 : (b + 1) * bar - bar // 4].mean() > 127) << b for b in range(BITS))
-            for t in range(len(frames))]  # fmt: skip
 
 
 def sequential(path: Path) -> np.ndarray:

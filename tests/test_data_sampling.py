@@ -62,8 +62,9 @@ def counter_set(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return numbered_set(tmp_path_factory.mktemp("counters"), LENGTHS, counter_frames)
 
 
-def gluoncv_reference(num_frames: int, spec: ClipSpec, mode: str, rng: np.random.Generator) -> list[list[int]]:
-    """Per segment, fast then slow 0-based frames, as VideoClsCustom's decord SlowFast loader reads them."""
+def gluoncv_reference(num_frames: int, spec: ClipSpec, mode: str, rng: np.random.Generator | None) -> list[list[int]]:
+    """Per segment, fast then slow 0-based frames, as VideoClsCustom's decord SlowFast loader reads them
+    (``rng`` is drawn from in training only)."""
     skip = spec.new_length * spec.new_step
     if mode == "train":
         average = (num_frames - skip + 1) // spec.num_segments

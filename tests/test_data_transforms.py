@@ -259,7 +259,7 @@ def band_frames(count: int) -> np.ndarray:
     return frames
 
 
-def read_bands(clip: torch.Tensor, spec: TransformSpec) -> list[int]:
+def read_bands(clip: torch.Tensor) -> list[int]:
     """The frame number each frame of a uint8 (C, T, H, W) clip shows."""
     pixels = clip.permute(1, 2, 3, 0).float() / 255  # (T, H, W, C) in [0, 1]
     rows = HEIGHT // BANDS
@@ -311,26 +311,13 @@ def reader_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, list]:
 
 
 def gluoncv_test_frames(num_frames: int, segments: int, spec: ClipSpec) -> list[tuple[list[int], list[int]]]:
-    """Per segment of VideoClsCustom's test sampling (_sample_test_indices), its (fast, slow) 0-based frames."""
-    skip = spec.new_length * spec.new_step
-    if num_frames > skip - 1:
-        tick = (num_frames - skip + 1) / float(segments)
-        starts = [int(tick / 2.0 + tick * x) for x in range(segments)]
-    else:
-        starts = [0] * segments
-    out = []
-    for start in starts:
-        offset, fast, slow = start + 1, [], []
-        for i in range(spec.new_length):
-            frame = offset - 1
-            if (i + 1) % spec.fast_temporal_stride == 0:
-                fast.append(frame)
-            if (i + 1) % spec.slow_temporal_stride == 0:
-                slow.append(frame)
-            if offset + spec.new_step < num_frames:
-                offset += spec.new_step
-        out.append((fast, slow))
-    return out
+    """Per segment of VideoClsCustom's test sampling (_sample_test_indices), its (fast, slow) 0-based frames:
+    the sampling tests' reference walk in test mode (which draws nothing at random)."""
+    from test_data_sampling import gluoncv_reference
+
+    fast = spec.new_length // spec.fast_temporal_stride
+    walk = gluoncv_reference(num_frames, replace(spec, num_segments=segments), "test", None)
+    return [(segment[:fast], segment[fast:]) for segment in walk]
 
 
 @pytest.mark.parametrize("decoder", ["pyav", "decord"])
@@ -361,8 +348,8 @@ def test_test_views_are_clips_times_crops_decoded_once(
         whole = decord.VideoReader(str(band_set / entry.path), width=WIDTH, height=HEIGHT)
         frames = whole.get_batch(list(range(entry.num_frames))).asnumpy()
         for v, plan in enumerate(plans):
-            assert read_bands(fast[v], spec) == plan.fast, (entry.path, v)
-            assert read_bands(slow[v], spec) == plan.slow, (entry.path, v)
+            assert read_bands(fast[v]) == plan.fast, (entry.path, v)
+            assert read_bands(slow[v]) == plan.slow, (entry.path, v)
             top, left, h, w = plan.box
             expected = normalised(frames[plan.fast, top : top + h, left : left + w], spec)
             np.testing.assert_allclose(normalize_clips(fast[v], spec).numpy(), expected, atol=1e-5)

@@ -84,16 +84,14 @@ def load_recipe(name_or_path: str, overrides: dict | None = None, recipes_dir: s
 def check_pathways(recipe: dict, what: str) -> None:
     """A SlowFast model's alpha must be the ratio of the data's slow to fast temporal strides: its lateral
     connections stride the fast frames by alpha onto the slow ones."""
-    from clipflow.models.builder import SLOWFAST_PRESETS
+    from clipflow.models.builder import slowfast_alpha
 
-    model, data = recipe["model"], recipe["data"]
-    name = model.get("name")
-    if name != "slowfast" and name not in SLOWFAST_PRESETS:
+    alpha = slowfast_alpha(recipe["model"])
+    if alpha is None:
         return
-    alpha = model.get("alpha", SLOWFAST_PRESETS.get(name, {}).get("alpha", 8))
-    slow, fast = data["slow_temporal_stride"], data["fast_temporal_stride"]
+    slow, fast = recipe["data"]["slow_temporal_stride"], recipe["data"]["fast_temporal_stride"]
     if slow != alpha * fast:
         raise ClipflowError(
             f"{what}: data.slow_temporal_stride {slow} / data.fast_temporal_stride {fast} must be model "
-            f"{name}'s alpha {alpha} (the fast pathway has alpha times the slow one's frames)"
+            f"{recipe['model']['name']}'s alpha {alpha} (the fast pathway has alpha times the slow one's frames)"
         )

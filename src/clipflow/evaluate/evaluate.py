@@ -6,13 +6,11 @@ import json
 from pathlib import Path
 
 import torch
-from torch.nn import functional as F
-from torch.utils.data import DataLoader
 
-from clipflow.data.transforms import normalize_clips
 from clipflow.errors import ClipflowError
 from clipflow.models import build_model
 from clipflow.train.trainer import make_dataset
+from clipflow.train.validate import ValShard
 
 
 def load_model(path: str | Path) -> tuple[torch.nn.Module, dict]:
@@ -34,17 +32,8 @@ def evaluate(
 ) -> dict:
     model, recipe = load_model(model_path)
     dataset = make_dataset(recipe, Path(list_path), Path(root), "val", seed=0)
-    loader = DataLoader(dataset, batch_size=batch_size or recipe["train"]["eval_batch_size"])
-    k = min(5, recipe["model"]["num_classes"])
-    top1 = top5 = 0
-    loss_sum = 0.0
-    with torch.no_grad():
-        for slow, fast, labels in loader:
-            logits = model(normalize_clips(slow, dataset.transform), normalize_clips(fast, dataset.transform))
-            loss_sum += float(F.cross_entropy(logits, labels, reduction="sum"))
-            best = logits.topk(k, dim=1).indices
-            top1 += int((best[:, 0] == labels).sum())
-            top5 += int((best == labels[:, None]).any(dim=1).sum())
+    whole = ValShard(dataset, 0, 1, batch_size or recipe["train"]["eval_batch_size"])  # one process: every video
+    loss_sum, top1, top5, _ = (float(v) for v in whole.totals(model, recipe["model"]["num_classes"]))
     n = len(dataset)
     metrics = {
         "recipe": recipe["name"],

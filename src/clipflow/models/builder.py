@@ -23,6 +23,7 @@ from torch import nn
 
 from clipflow.errors import ClipflowError
 from clipflow.models.slowfast import RESNET_DEPTHS, SlowFast, SlowFastSpec
+from clipflow.values import is_int
 
 # Published SlowFast variants, as PySlowFast's configs (configs/Kinetics/SLOWFAST_4x16_R50, SLOWFAST_8x8_R50,
 # c2/SLOWFAST_8x8_R101_101_101) and GluonCV's model definitions give them: alpha is the ratio of fast to
@@ -32,34 +33,33 @@ SLOWFAST_PRESETS = {
     "slowfast_8x8_resnet50": {"alpha": 4, "fusion_kernel": 7, "depth": 50},
     "slowfast_8x8_resnet101": {"alpha": 4, "fusion_kernel": 5, "depth": 101},
 }
-TORCHVISION_VIDEO = ("r3d_18", "mc3_18", "r2plus1d_18", "s3d", "mvit_v2_s", "swin3d_t")
 SLOWFAST_KEYS = {"depth", "width", "beta_inv", "alpha", "fusion_kernel", "fusion_channel_ratio", "dropout", "stem_pool"}
 
 
 @dataclass(frozen=True)
 class ModelCard:
-    """What a name builds and the input it was published with: frames per pathway (slow, fast or the one
-    clip) at ``size`` x ``size``."""
+    """The input a model was published with: frames per pathway (slow, fast; or the one clip) at ``size``
+    x ``size``, and where the model comes from."""
 
-    name: str
     frames: tuple[int, ...]
     size: int
     source: str
 
 
 CARDS = {
-    "slowfast": ModelCard("slowfast", (4, 32), 224, "clipflow (settings from the recipe)"),
-    "slowfast_4x16_resnet50": ModelCard("slowfast_4x16_resnet50", (4, 32), 224, "PySlowFast, GluonCV"),
-    "slowfast_8x8_resnet50": ModelCard("slowfast_8x8_resnet50", (8, 32), 224, "PySlowFast, GluonCV"),
-    "slowfast_8x8_resnet101": ModelCard("slowfast_8x8_resnet101", (8, 32), 224, "PySlowFast, GluonCV"),
-    "r3d_18": ModelCard("r3d_18", (16,), 112, "torchvision"),
-    "mc3_18": ModelCard("mc3_18", (16,), 112, "torchvision"),
-    "r2plus1d_18": ModelCard("r2plus1d_18", (16,), 112, "torchvision"),
-    "s3d": ModelCard("s3d", (16,), 224, "torchvision"),
-    "mvit_v2_s": ModelCard("mvit_v2_s", (16,), 224, "torchvision (its input size is fixed: 16 x 224 x 224)"),
-    "swin3d_t": ModelCard("swin3d_t", (16,), 224, "torchvision"),
+    "slowfast": ModelCard((4, 32), 224, "clipflow (settings from the recipe)"),
+    "slowfast_4x16_resnet50": ModelCard((4, 32), 224, "PySlowFast, GluonCV"),
+    "slowfast_8x8_resnet50": ModelCard((8, 32), 224, "PySlowFast, GluonCV"),
+    "slowfast_8x8_resnet101": ModelCard((8, 32), 224, "PySlowFast, GluonCV"),
+    "r3d_18": ModelCard((16,), 112, "torchvision"),
+    "mc3_18": ModelCard((16,), 112, "torchvision"),
+    "r2plus1d_18": ModelCard((16,), 112, "torchvision"),
+    "s3d": ModelCard((16,), 224, "torchvision"),
+    "mvit_v2_s": ModelCard((16,), 224, "torchvision (its input size is fixed: 16 x 224 x 224)"),
+    "swin3d_t": ModelCard((16,), 224, "torchvision"),
 }
 MODEL_NAMES = tuple(CARDS)
+TORCHVISION_VIDEO = tuple(name for name, c in CARDS.items() if c.source.startswith("torchvision"))
 
 
 class OnePathway(nn.Module):
@@ -102,11 +102,24 @@ def card(name: Any) -> ModelCard:
     return CARDS[name]
 
 
+def _slowfast_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """A SlowFast model section with its preset (if it names one) filled in under the given keys."""
+    return {**SLOWFAST_PRESETS.get(settings["name"], {}), **{k: v for k, v in settings.items() if k != "name"}}
+
+
+def slowfast_alpha(settings: dict[str, Any]) -> int | None:
+    """The fast-to-slow frame ratio a model section builds, or None for a model that is not a SlowFast."""
+    if settings.get("name") != "slowfast" and settings.get("name") not in SLOWFAST_PRESETS:
+        return None
+    return int(_slowfast_settings(settings).get("alpha", SlowFastSpec.alpha))
+
+
 def build_model(settings: dict[str, Any]) -> nn.Module:
     """`settings` is a recipe's model section: `name`, `num_classes` and the architecture's own keys."""
-    name = card(settings.get("name")).name
+    name = settings.get("name")
+    card(name)
     classes = settings.get("num_classes")
-    if isinstance(classes, bool) or not isinstance(classes, int) or classes < 1:
+    if not is_int(classes) or classes < 1:
         raise ClipflowError(f"model.num_classes must be an integer >= 1, got {classes!r}")
     if name in TORCHVISION_VIDEO:
         foreign = sorted(set(settings) & SLOWFAST_KEYS)
@@ -115,8 +128,7 @@ def build_model(settings: dict[str, Any]) -> nn.Module:
         import torchvision.models
 
         return OnePathway(torchvision.models.get_model(name, weights=None, num_classes=classes))
-    merged = {**SLOWFAST_PRESETS.get(name, {}), **{k: v for k, v in settings.items() if k != "name"}}
-    return SlowFast(_slowfast_spec(merged))
+    return SlowFast(_slowfast_spec(_slowfast_settings(settings)))
 
 
 def count_parameters(model: nn.Module) -> tuple[int, int]:
@@ -125,13 +137,13 @@ def count_parameters(model: nn.Module) -> tuple[int, int]:
     return sum(p.numel() for p in params), sum(p.numel() for p in params if p.requires_grad)
 
 
-def model_info(name: str, num_classes: int, batch: int = 1) -> dict[str, Any]:
+def model_info(name: str, num_classes: int) -> dict[str, Any]:
     """Parameter counts and the input and output shapes of model ``name`` at its published input,
     worked out on the meta device (no weights are allocated, nothing is computed)."""
     found = card(name)
     with torch.device("meta"):
         model = build_model({"name": name, "num_classes": num_classes}).eval()
-        inputs = [torch.empty(batch, 3, t, found.size, found.size) for t in found.frames]
+        inputs = [torch.empty(1, 3, t, found.size, found.size) for t in found.frames]
         slow, fast = (inputs[0], inputs[1]) if len(inputs) == 2 else (inputs[0], inputs[0])
         with torch.no_grad():
             output = model(slow, fast)

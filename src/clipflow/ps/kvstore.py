@@ -517,6 +517,8 @@ class KVStore:
         return (
             shared is not None
             and isinstance(value, torch.Tensor)
+            and value.device.type == "cpu"
+            and value.dtype == torch.float32  # anything else is converted on the way, never the buffer itself
             and value.is_contiguous()
             and _same_memory(shared.region.array, value.detach().view(-1).numpy())
         )

@@ -35,8 +35,8 @@ them, then pulled). Parameters whose weight decay multiplier differs (``wd_mult`
 e.g. 0 for biases and BN) go to different buckets, so a multiplier is per key.
 With ``clip_norm`` > 0 each worker scales its own gradients to that global L2 norm at
 most before pushing (GluonCV's ``--clip-grad``: ``clip_global_norm`` of the local
-gradients before the kvstore), so the hooks only mark buckets ready and
-:meth:`synchronize` pushes them all after the norm is known: no overlap.
+gradients before the kvstore), so there are no hooks and :meth:`synchronize` pushes
+every bucket after the norm is known: no overlap.
 One backward per :meth:`synchronize`. The KVStore is used from one thread at a
 time: hooks run in the thread running backward (for CPU tensors the caller's; for
 CUDA ones an autograd device thread, while the caller waits in ``backward``).
@@ -142,9 +142,10 @@ class PSSync:
             self.local.set_wd_mult(mults)
 
         self._handles = []
-        for b in self.buckets:
-            for i, p in enumerate(b.params):
-                self._handles.append(p.register_post_accumulate_grad_hook(self._hook(b, i)))
+        if not self.clip_norm:  # clipping needs every gradient first: synchronize() pushes them all
+            for b in self.buckets:
+                for i, p in enumerate(b.params):
+                    self._handles.append(p.register_post_accumulate_grad_hook(self._hook(b, i)))
 
     # -- the step -------------------------------------------------------------------------------
 
@@ -236,7 +237,7 @@ class PSSync:
     def _hook(self, bucket: _Bucket, index: int) -> Callable[[torch.Tensor], None]:
         def hook(_: torch.Tensor) -> None:
             bucket.ready.add(index)
-            if len(bucket.ready) == len(bucket.params) and not bucket.pushed and not self.clip_norm:
+            if len(bucket.ready) == len(bucket.params) and not bucket.pushed:
                 self._push(bucket)
                 self.pushed_in_backward += 1
 

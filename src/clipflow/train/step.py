@@ -34,8 +34,8 @@ class StepOptions:
 
     @classmethod
     def of(cls, train: dict) -> StepOptions:
-        return cls(train.get("precision", "fp32"), bool(train.get("channels_last", False)),
-                   bool(train.get("compile", False)))  # fmt: skip
+        """From a recipe's train section (the schema fills the defaults)."""
+        return cls(train["precision"], train["channels_last"], train["compile"])
 
     def prepare(self, model: nn.Module) -> nn.Module:
         """The model to call: in channels_last_3d and compiled if asked (its parameters are the same

@@ -97,7 +97,7 @@ def make_dataset(recipe: dict, list_path: Path, root: Path, mode: str, seed: int
         mode,
         seed,
         recipe["model"]["num_classes"],
-        d.get("decoder", "pyav"),
+        d["decoder"],
     )
 
 
@@ -160,11 +160,13 @@ class Trainer:
         self.faults = FaultInjector(self.rank)
         self.eval_every = t["eval_every"] if paths.val_list is not None else 0
         self.val = (
-            ValShard.of(lambda path: make_dataset(recipe, path, paths.root, "val", seed), paths.val_list,
-                        self.rank, self.num_workers, t["eval_batch_size"])
+            ValShard(make_dataset(recipe, paths.val_list, paths.root, "val", seed), self.rank, self.num_workers,
+                     t["eval_batch_size"])
             if self.eval_every else None
         )  # fmt: skip
         self.best_path = self.store.folder / "best.pt"
+        marker = self.best_path.with_suffix(".json")  # a resumed run goes on from the best saved so far
+        self.best_top1 = json.loads(marker.read_text())["val_top1"] if marker.exists() else -1.0
         self.partial: dict = {}  # rank 0, resumed inside an epoch: the totals over all workers so far
         if self.rank == 0:
             log(
@@ -260,12 +262,8 @@ class Trainer:
         loss, top1, top5, count = (float(v) for v in local)
         return {"val_loss": loss / count, "val_top1": top1 / count, "val_top5": top5 / count, "val_videos": int(count)}
 
-    def _best_so_far(self) -> float:
-        """val top-1 of the best checkpoint written so far (-1 when none is)."""
-        marker = self.best_path.with_suffix(".json")
-        return json.loads(marker.read_text())["val_top1"] if marker.exists() else -1.0
-
     def _save_best(self, epoch: int, val: dict) -> None:
+        self.best_top1 = val["val_top1"]
         atomic_save({"model": self.model.state_dict(), "recipe": self.recipe, "epoch": epoch, **val}, self.best_path)
         write_text_atomic(self.best_path.with_suffix(".json"), json.dumps({"epoch": epoch, **val}) + "\n")
         self.log(f"best val top-1 so far: {self.best_path} (epoch {epoch})")
@@ -374,7 +372,7 @@ class Trainer:
                 if val:
                     self.log(f"epoch {epoch}/{self.epochs} val loss {val['val_loss']:.4f} top-1 {val['val_top1']:.3f} "
                              f"top-5 {val['val_top5']:.3f} over {val['val_videos']} videos")  # fmt: skip
-                    if val["val_top1"] > self._best_so_far():
+                    if val["val_top1"] > self.best_top1:
                         self._save_best(epoch, val)
                 self._append_history(record, epoch - 1)
                 if epoch % self.recipe["train"]["save_frequency"] == 0 or epoch == self.epochs:

@@ -1,4 +1,5 @@
-"""Validation during training: each worker scores its share of the val list, the totals are summed.
+"""Scoring a val list: during training each worker scores its share and the totals are summed; the
+evaluate stage scores the whole list in one process (rank 0 of 1).
 
 Worker ``rank`` of ``W`` takes videos ``rank, rank + W, ...`` of the list (every video
 once over all workers), one centre clip each (the dataset's "val" mode), in batches
@@ -11,7 +12,6 @@ BatchNorm statistics.
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -23,12 +23,8 @@ from clipflow.data.transforms import normalize_clips
 class ValShard:
     def __init__(self, dataset, rank: int, num_workers: int, batch_size: int):
         self.dataset = dataset
-        self.indices = list(range(rank, len(dataset), num_workers))
-        self.loader = make_loader(dataset, batch_size, self.indices, workers=0, drop_last=False)
-
-    @classmethod
-    def of(cls, make_dataset: Callable[[Path], object], val_list: Path, rank: int, num_workers: int, batch: int):
-        return cls(make_dataset(val_list), rank, num_workers, batch)
+        share = list(range(rank, len(dataset), num_workers))
+        self.loader = make_loader(dataset, batch_size, share, workers=0, drop_last=False)
 
     def totals(self, logits_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], classes: int) -> torch.Tensor:
         """(loss sum, top-1 hits, top-5 hits, videos) over this worker's share; top-5 is top-k for fewer classes."""
