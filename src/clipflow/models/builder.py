@@ -1,16 +1,24 @@
 """Builds a model from a recipe's `model:` section; the one place that maps names to classes.
 
-Two kinds of model, both called ``model(slow, fast)`` by the trainer and the evaluation:
+Three kinds of model:
 
 - SlowFast (ours, clipflow.models.slowfast), by its published names or as ``slowfast``
-  with every setting given;
-- torchvision's video classifiers by name (r3d_18, mc3_18, r2plus1d_18, s3d, mvit_v2_s,
-  swin3d_t), built without weights, whose one input is the fast pathway's frames
-  (a recipe sets them with ``fast_temporal_stride``; the slow ones are not read).
+  with every setting given; called ``model(slow, fast)``;
+- one-clip video classifiers, also called ``model(slow, fast)`` by the trainer and the evaluation,
+  which read only the fast pathway's frames (a recipe sets them with ``fast_temporal_stride``; the
+  slow ones are not read): torchvision's r3d_18, mc3_18, r2plus1d_18, s3d, mvit_v2_s, swin3d_t
+  (built without weights), and ``i3d_resnet50_v1`` (ours, clipflow.models.i3d: GluonCV's
+  i3d_resnet50_v1_kinetics400);
+- image classifiers (ours, clipflow.models.cifar: the CIFAR-10 networks of the MXNet documents),
+  ``resnet18_v1``, ``vgg11`` and ``cifar_resnext110``. `build_model` returns them as plain modules
+  called ``model(images)`` with one (N, 3, H, W) batch; ``is_image_model(name)`` tells them apart.
+  Their cards have no frames (``frames == ()``).
 
-Each name has a card: the input it was published with (frames per pathway, side), which
-``python -m clipflow models info`` runs through the model on the meta device (shapes
-only, no memory and no arithmetic) to print the output shape.
+Every name but ``slowfast`` and its presets takes only ``name`` and ``num_classes``.
+
+Each name has a card: the input it was published with (frames per pathway, or none for an image
+model, and the side), which ``python -m clipflow models info`` runs through the model on the meta
+device (shapes only, no memory and no arithmetic) to print the output shape.
 """
 
 from __future__ import annotations
@@ -22,6 +30,8 @@ import torch
 from torch import nn
 
 from clipflow.errors import ClipflowError
+from clipflow.models.cifar import CIFAR_MODELS
+from clipflow.models.i3d import i3d_resnet50_v1
 from clipflow.models.slowfast import RESNET_DEPTHS, SlowFast, SlowFastSpec
 from clipflow.values import is_int
 
@@ -39,7 +49,7 @@ SLOWFAST_KEYS = {"depth", "width", "beta_inv", "alpha", "fusion_kernel", "fusion
 @dataclass(frozen=True)
 class ModelCard:
     """The input a model was published with: frames per pathway (slow, fast; or the one clip) at ``size``
-    x ``size``, and where the model comes from."""
+    x ``size``, and where the model comes from. An image model has no frames: its input is (N, 3, size, size)."""
 
     frames: tuple[int, ...]
     size: int
@@ -57,9 +67,22 @@ CARDS = {
     "s3d": ModelCard((16,), 224, "torchvision"),
     "mvit_v2_s": ModelCard((16,), 224, "torchvision (its input size is fixed: 16 x 224 x 224)"),
     "swin3d_t": ModelCard((16,), 224, "torchvision"),
+    # GluonCV's training log of i3d_resnet50_v1_kinetics400: new_length=32, input_size=224.
+    "i3d_resnet50_v1": ModelCard((32,), 224, "GluonCV"),
+    # CIFAR-10 at its own 32 x 32 in cifar10_dist.py and in image_classification.py (data shape (3, 32, 32));
+    # train_cifar10.py crops 28 x 28 (image_shape '3,28,28') for the 110-layer "resnext".
+    "resnet18_v1": ModelCard((), 32, "MXNet Gluon model zoo (Distributed Training using Gluon: CIFAR-10)"),
+    "vgg11": ModelCard((), 32, "MXNet Gluon model zoo (image_classification.py --dataset cifar10)"),
+    "cifar_resnext110": ModelCard((), 28, "MXNet example symbols/resnext.py (train_cifar10.py, 28 x 28 crops)"),
 }
 MODEL_NAMES = tuple(CARDS)
 TORCHVISION_VIDEO = tuple(name for name, c in CARDS.items() if c.source.startswith("torchvision"))
+
+
+def is_image_model(name: str) -> bool:
+    """Whether model ``name`` classifies images, called ``model(images)``, rather than clips; an unknown
+    name is a ClipflowError."""
+    return card(name).frames == ()
 
 
 class OnePathway(nn.Module):
@@ -121,14 +144,25 @@ def build_model(settings: dict[str, Any]) -> nn.Module:
     classes = settings.get("num_classes")
     if not is_int(classes) or classes < 1:
         raise ClipflowError(f"model.num_classes must be an integer >= 1, got {classes!r}")
-    if name in TORCHVISION_VIDEO:
-        foreign = sorted(set(settings) & SLOWFAST_KEYS)
-        if foreign:
-            raise ClipflowError(f"model.{foreign[0]} is a SlowFast setting; {name} takes only name and num_classes")
-        import torchvision.models
+    if name == "slowfast" or name in SLOWFAST_PRESETS:
+        return SlowFast(_slowfast_spec(_slowfast_settings(settings)))
+    _only_name_and_classes(name, settings)
+    if name in CIFAR_MODELS:
+        return CIFAR_MODELS[name](classes)
+    if name == "i3d_resnet50_v1":
+        return OnePathway(i3d_resnet50_v1(classes))
+    import torchvision.models
 
-        return OnePathway(torchvision.models.get_model(name, weights=None, num_classes=classes))
-    return SlowFast(_slowfast_spec(_slowfast_settings(settings)))
+    return OnePathway(torchvision.models.get_model(name, weights=None, num_classes=classes))
+
+
+def _only_name_and_classes(name: str, settings: dict[str, Any]) -> None:
+    foreign = sorted(set(settings) & SLOWFAST_KEYS)
+    if foreign:
+        raise ClipflowError(f"model.{foreign[0]} is a SlowFast setting; {name} takes only name and num_classes")
+    unknown = sorted(set(settings) - {"name", "num_classes"})
+    if unknown:
+        raise ClipflowError(f"model.{unknown[0]} is not a setting of {name}; it takes only name and num_classes")
 
 
 def count_parameters(model: nn.Module) -> tuple[int, int]:
@@ -143,10 +177,14 @@ def model_info(name: str, num_classes: int) -> dict[str, Any]:
     found = card(name)
     with torch.device("meta"):
         model = build_model({"name": name, "num_classes": num_classes}).eval()
-        inputs = [torch.empty(1, 3, t, found.size, found.size) for t in found.frames]
-        slow, fast = (inputs[0], inputs[1]) if len(inputs) == 2 else (inputs[0], inputs[0])
         with torch.no_grad():
-            output = model(slow, fast)
+            if not found.frames:
+                inputs = [torch.empty(1, 3, found.size, found.size)]
+                output = model(inputs[0])
+            else:
+                inputs = [torch.empty(1, 3, t, found.size, found.size) for t in found.frames]
+                slow, fast = (inputs[0], inputs[1]) if len(inputs) == 2 else (inputs[0], inputs[0])
+                output = model(slow, fast)
     total, trainable = count_parameters(model)
     return {
         "name": name,
