@@ -117,7 +117,7 @@ def test_no_wd_and_gradient_clipping_reach_the_parameter_server(tmp_path, tiny_v
     done = launch(tmp_path, tiny_videos, splits, overrides={**TINY, "train": {**TINY["train"], "no_wd": True,
                                                                              "clip_grad": 0.5}})  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "gradients clipped to L2 norm 0.5 per worker before the push" in done.stdout
+    assert "gradients clipped to L2 norm 0.5 per worker before the sum" in done.stdout
     spared = next(line for line in done.stdout.splitlines() if "no weight decay on" in line)
     count, total = (int(w) for w in spared.split("no weight decay on ")[1].split(" parameters")[0].split(" of "))
     assert 0 < count < total, spared

@@ -359,6 +359,12 @@ def _add_worker_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-out", required=True)
     p.add_argument("--metrics-out", required=True)
     p.add_argument("--val-list", default="", help="scanned val list: validation while training (train.eval_every)")
+    p.add_argument(
+        "--backend",
+        default="ps",
+        choices=["ps", "ddp"],
+        help="ps: clipflow's parameter server; ddp: torch.distributed (gloo)",
+    )
     p.add_argument("--kvstore", default="dist_sync")
     p.add_argument("--update-on-kvstore", action="store_true", help="the servers run the optimizer")
     p.add_argument("--compression", default="none", choices=["none", "2bit"], help="gradient compression")
@@ -387,6 +393,8 @@ def _worker_argv(a: argparse.Namespace) -> list[str]:
         "--metrics-out",
         a.metrics_out,
         *(["--val-list", a.val_list] if a.val_list else []),
+        "--backend",
+        a.backend,
         "--kvstore",
         a.kvstore,
         *(["--update-on-kvstore"] if a.update_on_kvstore else []),
@@ -406,6 +414,7 @@ def cmd_train_launch(a: argparse.Namespace) -> int:
     from clipflow.train.roles import role_commands
 
     load_recipe(a.recipe, _json(a.overrides))  # fail here, once, rather than in every worker
+    _ps_settings(a).check_for(a.backend)
     if a.val_list:
         from clipflow.data.listfile import read_list
 
@@ -414,7 +423,7 @@ def cmd_train_launch(a: argparse.Namespace) -> int:
     check_ports(plan)
     python = plan.python or sys.executable
     worker = [python, "-m", "clipflow", "train", "worker", *_worker_argv(a)]
-    code = Launcher(role_commands(plan, worker), a.log_dir, grace_s=a.grace).run()
+    code = Launcher(role_commands(plan, worker, backend=a.backend), a.log_dir, grace_s=a.grace).run()
     if code:
         print(
             f"clipflow: error: training failed (exit {code}); rerun to resume from the last checkpoint", file=sys.stderr
@@ -425,9 +434,8 @@ def cmd_train_launch(a: argparse.Namespace) -> int:
 def cmd_train_worker(a: argparse.Namespace) -> int:
     import torch
 
-    from clipflow.ps import KVStore
     from clipflow.recipe import load_recipe
-    from clipflow.train.trainer import PSSettings, Trainer, WorkerPaths
+    from clipflow.train.trainer import Trainer, WorkerPaths
 
     threads = os.environ.get("CLIPFLOW_TORCH_THREADS")  # else this host's cores shared by its workers
     workers_here = max(1, int(os.environ.get("CLIPFLOW_WORKERS_ON_HOST", "1")))
@@ -441,9 +449,41 @@ def cmd_train_worker(a: argparse.Namespace) -> int:
         Path(a.metrics_out),
         Path(a.val_list) if a.val_list else None,
     )
-    ps = PSSettings(a.kvstore, a.update_on_kvstore, a.compression, a.compression_threshold)
+    ps = _ps_settings(a)
+    ps.check_for(a.backend)
+    if a.backend == "ddp":
+        return _train_ddp(recipe, paths, a.seed)
+    from clipflow.ps import KVStore
+    from clipflow.train.comm import PSComm
+
     with KVStore.create(ps.mode) as kv:  # an exception tells the scheduler, which stops the other nodes
-        Trainer(kv, recipe, paths, a.seed, ps).run()
+        Trainer(PSComm(kv, ps), recipe, paths, a.seed).run()
+    return 0
+
+
+def _ps_settings(a: argparse.Namespace):
+    from clipflow.train.comm import PSSettings
+
+    return PSSettings(a.kvstore, a.update_on_kvstore, a.compression, a.compression_threshold)
+
+
+def _train_ddp(recipe: dict, paths, seed: int) -> int:
+    """A ddp worker. When another process dies, gloo reports the lost connection here: that is an echo
+    of the failure (exit ABORTED), so the launcher names the process that died, not this one."""
+    from clipflow.ps.exitcodes import ABORTED
+    from clipflow.train.comm import DDPComm, DDPConfig, lost_peer
+    from clipflow.train.trainer import Trainer
+
+    config = DDPConfig.from_env()
+    try:
+        with DDPComm(config) as comm:
+            Trainer(comm, recipe, paths, seed).run()
+    except RuntimeError as exc:
+        if not lost_peer(exc):
+            raise
+        print(f"clipflow: ddp rank {config.rank}: another process left the job ({str(exc).splitlines()[0]})",
+              file=sys.stderr)  # fmt: skip
+        return ABORTED
     return 0
 
 

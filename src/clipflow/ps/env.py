@@ -76,15 +76,15 @@ class PSConfig:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> PSConfig:
         """Read the DMLC_*/PS_*/MXNET_*/CLIPFLOW_* variables; raise ClipflowError naming a bad one."""
         env = os.environ if environ is None else environ
-        role = _required(env, "DMLC_ROLE", "one of scheduler, server, worker").lower()
+        role = required_var(env, "DMLC_ROLE", "one of scheduler, server, worker").lower()
         if role not in ROLES:
             raise ClipflowError(f"DMLC_ROLE must be one of scheduler, server, worker; got {role!r}")
-        root_uri = _required(env, "DMLC_PS_ROOT_URI", "the scheduler's host name or IP address")
-        root_port = _int(env, "DMLC_PS_ROOT_PORT", "the scheduler's port, an integer 1-65535", low=1, high=65535)
-        num_server = _int(env, "DMLC_NUM_SERVER", "the number of server processes, an integer >= 1", low=1)
-        num_worker = _int(env, "DMLC_NUM_WORKER", "the number of worker processes, an integer >= 1", low=1)
-        verbose = _int(env, "PS_VERBOSE", "0, 1 (log connections) or 2 (log every message)", low=0, high=2, default=0)
-        bound = _int(
+        root_uri = required_var(env, "DMLC_PS_ROOT_URI", "the scheduler's host name or IP address")
+        root_port = int_var(env, "DMLC_PS_ROOT_PORT", "the scheduler's port, an integer 1-65535", low=1, high=65535)
+        num_server = int_var(env, "DMLC_NUM_SERVER", "the number of server processes, an integer >= 1", low=1)
+        num_worker = int_var(env, "DMLC_NUM_WORKER", "the number of worker processes, an integer >= 1", low=1)
+        verbose = int_var(env, "PS_VERBOSE", "0, 1 (log connections) or 2 (log every message)", 0, 2, default=0)
+        bound = int_var(
             env,
             "MXNET_KVSTORE_BIGARRAY_BOUND",
             "the element count above which an array is split over all servers, an integer >= 1",
@@ -92,8 +92,8 @@ class PSConfig:
             default=DEFAULT_BIGARRAY_BOUND,
         )
         rank = _rank(env, role, num_server, num_worker)
-        interval = _float(env, "CLIPFLOW_HEARTBEAT_INTERVAL", "seconds between heartbeats, a number > 0", 1.0)
-        timeout = _float(
+        interval = float_var(env, "CLIPFLOW_HEARTBEAT_INTERVAL", "seconds between heartbeats, a number > 0", 1.0)
+        timeout = float_var(
             env, "CLIPFLOW_HEARTBEAT_TIMEOUT", "seconds of silence before a node is dead, a number > 0", 30.0
         )
         if timeout <= interval:
@@ -101,25 +101,25 @@ class PSConfig:
                 f"CLIPFLOW_HEARTBEAT_TIMEOUT ({timeout:g} s) must be larger than "
                 f"CLIPFLOW_HEARTBEAT_INTERVAL ({interval:g} s)"
             )
-        startup = _float(
+        startup = float_var(
             env, "CLIPFLOW_STARTUP_TIMEOUT", "seconds to wait for all nodes to register, a number > 0", 120.0
         )
-        node_host = _optional(env, "DMLC_NODE_HOST") or default_node_host(root_uri)
+        node_host = optional_var(env, "DMLC_NODE_HOST") or default_node_host(root_uri)
         security, keys_dir = _security(env, root_uri)
-        resend = _int(env, "PS_RESEND", "0 (off) or 1 (resend unanswered requests)", low=0, high=1, default=0)
-        resend_ms = _float(
+        resend = int_var(env, "PS_RESEND", "0 (off) or 1 (resend unanswered requests)", low=0, high=1, default=0)
+        resend_ms = float_var(
             env, "PS_RESEND_TIMEOUT", "milliseconds before an unanswered request is resent, a number > 0", 1000.0
         )
-        drop = _float(
+        drop = float_var(
             env, "CLIPFLOW_PS_DROP_PERCENT", "the percentage of data messages to drop, a number 0-100", 0.0, zero=True
         )
         if drop > 100:
             raise ClipflowError(f"CLIPFLOW_PS_DROP_PERCENT must be a number 0-100; got {drop:g}")
-        drop_seed = _optional(env, "CLIPFLOW_PS_DROP_SEED")
-        malloc_tune = _int(env, "CLIPFLOW_PS_MALLOC_TUNE", "1 (tune glibc malloc for large messages) or 0", 0, 1, 1)
-        shm = _int(env, "CLIPFLOW_PS_SHM", "1 (shared memory between nodes on one machine) or 0", 0, 1, 1)
-        shm_min = _int(env, "CLIPFLOW_PS_SHM_MIN_BYTES", "a number of bytes, an integer >= 0", low=0, default=65536)
-        piece = _int(env, "CLIPFLOW_PS_PIECE", "elements per piece of a split key, an integer >= 0 (0: off)", 0,
+        drop_seed = optional_var(env, "CLIPFLOW_PS_DROP_SEED")
+        malloc_tune = int_var(env, "CLIPFLOW_PS_MALLOC_TUNE", "1 (tune glibc malloc for large messages) or 0", 0, 1, 1)
+        shm = int_var(env, "CLIPFLOW_PS_SHM", "1 (shared memory between nodes on one machine) or 0", 0, 1, 1)
+        shm_min = int_var(env, "CLIPFLOW_PS_SHM_MIN_BYTES", "a number of bytes, an integer >= 0", low=0, default=65536)
+        piece = int_var(env, "CLIPFLOW_PS_PIECE", "elements per piece of a split key, an integer >= 0 (0: off)", 0,
                      default=DEFAULT_PIECE)  # fmt: skip
         return cls(
             role=role,
@@ -128,7 +128,7 @@ class PSConfig:
             num_server=num_server,
             num_worker=num_worker,
             node_host=node_host,
-            interface=_optional(env, "DMLC_INTERFACE"),
+            interface=optional_var(env, "DMLC_INTERFACE"),
             verbose=verbose,
             bigarray_bound=bound,
             rank=rank,
@@ -140,7 +140,7 @@ class PSConfig:
             resend=bool(resend),
             resend_timeout=resend_ms / 1000.0,
             drop_percent=drop,
-            drop_seed=None if drop_seed is None else _int(env, "CLIPFLOW_PS_DROP_SEED", "an integer"),
+            drop_seed=None if drop_seed is None else int_var(env, "CLIPFLOW_PS_DROP_SEED", "an integer"),
             malloc_tune=bool(malloc_tune),
             shm=bool(shm),
             shm_min_bytes=shm_min,
@@ -171,19 +171,19 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def _optional(env: Mapping[str, str], name: str) -> str | None:
+def optional_var(env: Mapping[str, str], name: str) -> str | None:
     value = env.get(name, "").strip()
     return value or None
 
 
-def _required(env: Mapping[str, str], name: str, what: str) -> str:
-    value = _optional(env, name)
+def required_var(env: Mapping[str, str], name: str, what: str) -> str:
+    value = optional_var(env, name)
     if value is None:
         raise ClipflowError(f"{name} is not set: it must be {what}")
     return value
 
 
-def _int(
+def int_var(
     env: Mapping[str, str],
     name: str,
     what: str,
@@ -191,7 +191,7 @@ def _int(
     high: int | None = None,
     default: int | None = None,
 ) -> int:
-    raw = _optional(env, name)
+    raw = optional_var(env, name)
     if raw is None:
         if default is None:
             raise ClipflowError(f"{name} is not set: it must be {what}")
@@ -205,8 +205,8 @@ def _int(
     return value
 
 
-def _float(env: Mapping[str, str], name: str, what: str, default: float, zero: bool = False) -> float:
-    raw = _optional(env, name)
+def float_var(env: Mapping[str, str], name: str, what: str, default: float, zero: bool = False) -> float:
+    raw = optional_var(env, name)
     if raw is None:
         return default
     try:
@@ -223,10 +223,10 @@ def _rank(env: Mapping[str, str], role: str, num_server: int, num_worker: int) -
         return None
     count, count_var = (num_worker, "DMLC_NUM_WORKER") if role == "worker" else (num_server, "DMLC_NUM_SERVER")
     what = f"this {role}'s rank, an integer 0..{count - 1} ({count_var}={count})"
-    raw = _optional(env, "DMLC_RANK")
+    raw = optional_var(env, "DMLC_RANK")
     if raw is None:
         return None
-    return _int(env, "DMLC_RANK", what, low=0, high=count - 1)
+    return int_var(env, "DMLC_RANK", what, low=0, high=count - 1)
 
 
 SECURITY_MODES = ("curve", "none", "auto")
@@ -234,17 +234,17 @@ SECURITY_MODES = ("curve", "none", "auto")
 
 def _security(env: Mapping[str, str], root_uri: str) -> tuple[str, str | None]:
     """(``curve`` or ``none``, the key folder) from CLIPFLOW_PS_SECURITY and CLIPFLOW_PS_KEYS."""
-    mode = (_optional(env, "CLIPFLOW_PS_SECURITY") or "auto").lower()
+    mode = (optional_var(env, "CLIPFLOW_PS_SECURITY") or "auto").lower()
     if mode not in SECURITY_MODES:
         raise ClipflowError(f"CLIPFLOW_PS_SECURITY must be one of curve, none, auto; got {mode!r}")
     if mode == "auto":
         mode = "none" if is_loopback(root_uri) else "curve"
-    keys = _optional(env, "CLIPFLOW_PS_KEYS")
+    keys = optional_var(env, "CLIPFLOW_PS_KEYS")
     if mode == "none":
         return mode, None
     why = (
         "CLIPFLOW_PS_SECURITY=curve"
-        if (_optional(env, "CLIPFLOW_PS_SECURITY") or "auto").lower() == "curve"
+        if (optional_var(env, "CLIPFLOW_PS_SECURITY") or "auto").lower() == "curve"
         else f"DMLC_PS_ROOT_URI={root_uri} is not a loopback address, so CLIPFLOW_PS_SECURITY=auto means curve"
     )
     if keys is None:

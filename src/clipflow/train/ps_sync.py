@@ -45,42 +45,15 @@ CUDA ones an autograd device thread, while the caller waits in ``backward``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 
 from clipflow.errors import ClipflowError
 from clipflow.ps.kvstore import KVStore
 from clipflow.ps.optimizer import SGD
 from clipflow.ps.optimizer import create as create_optimizer
-
-KEY_BASE = 1_000_000
-DEFAULT_BUCKET_BYTES = 2 << 20  # 2 MiB
-
-WdMult = Callable[[str, torch.nn.Parameter], float] | Mapping[str, float] | None
-
-
-@dataclass
-class _Bucket:
-    key: int
-    wd_mult: float
-    params: list[torch.nn.Parameter] = field(default_factory=list)
-    offsets: list[int] = field(default_factory=list)
-    numel: int = 0
-    ready: set[int] = field(default_factory=set)
-    pushed: bool = False
-    buffer: torch.Tensor | None = None
-
-    def add(self, p: torch.nn.Parameter) -> None:
-        self.params.append(p)
-        self.offsets.append(self.numel)
-        self.numel += p.numel()
-
-    def slices(self) -> Iterable[tuple[torch.nn.Parameter, slice]]:
-        for p, o in zip(self.params, self.offsets, strict=True):
-            yield p, slice(o, o + p.numel())
+from clipflow.train.buckets import DEFAULT_BUCKET_BYTES, KEY_BASE, Bucket, WdMult, make_buckets, sgd_step, trainable
 
 
 class PSSync:
@@ -98,8 +71,6 @@ class PSSync:
         wd_mult: WdMult = None,
         clip_norm: float = 0.0,
     ) -> None:
-        if bucket_bytes < 1:
-            raise ClipflowError(f"bucket_bytes must be >= 1, got {bucket_bytes}")
         if not clip_norm >= 0:
             raise ClipflowError(f"clip_norm must be >= 0 (0: no clipping), got {clip_norm}")
         self.clip_norm = float(clip_norm)
@@ -107,15 +78,10 @@ class PSSync:
             raise ClipflowError("update_on_kvstore=True needs an optimizer for the servers to run")
         self.kv = kv
         self.update_on_kvstore = update_on_kvstore
-        named = (
-            list(model.named_parameters())
-            if isinstance(model, torch.nn.Module)
-            else [(str(i), p) for i, p in enumerate(model)]
-        )
-        named = [(n, p) for n, p in named if p.requires_grad]
-        if not named:
-            raise ClipflowError("PSSync needs at least one parameter that requires a gradient")
-        self.buckets = _make_buckets(named, wd_mult, bucket_bytes, key_base)
+        self.module = model  # what the trainer calls (the same for both back ends' syncs)
+        self.buckets = make_buckets(trainable(model, "PSSync"), wd_mult, bucket_bytes, key_base)
+        self._ready: dict[int, set[int]] = {b.key: set() for b in self.buckets}  # per bucket: params with a grad
+        self._pushed: set[int] = set()  # keys pushed since the last synchronize()
         self.keys = [b.key for b in self.buckets]
         self.pushed_in_backward = 0  # buckets pushed by hooks (the overlap), for tests and logs
         self.pushed_in_sync = 0  # buckets synchronize() had to push itself
@@ -164,25 +130,18 @@ class PSSync:
             grads = [p for b in self.buckets for p in b.params if p.grad is not None]
             torch.nn.utils.clip_grad_norm_(grads, self.clip_norm)
         for b in self.buckets:
-            if not b.pushed:
+            if b.key not in self._pushed:
                 self._push(b)
                 self.pushed_in_sync += 1
         self.kv.pull(self.keys, [b.buffer for b in self.buckets])
-        for b in self.buckets:
-            b.ready.clear()
-            b.pushed = False
+        for ready in self._ready.values():
+            ready.clear()
+        self._pushed.clear()
         if self.update_on_kvstore:
             self._write_weights()
             return
-        with torch.no_grad():
-            for b in self.buckets:
-                assert b.buffer is not None
-                for p, s in b.slices():
-                    merged = b.buffer[s].view_as(p)
-                    if p.grad is None:
-                        p.grad = merged.to(device=p.device, dtype=p.dtype, copy=True)
-                    else:
-                        p.grad.copy_(merged)
+        for b in self.buckets:
+            b.scatter_grads()
 
     def step(self) -> None:
         """update_on_kvstore=False: the local SGD update from ``p.grad``; otherwise nothing to do."""
@@ -190,17 +149,7 @@ class PSSync:
             return
         if self.local is None:
             raise ClipflowError("step: this PSSync has no optimizer; update the weights from p.grad yourself")
-        for b in self.buckets:
-            weight = np.empty(b.numel, dtype=np.float32)
-            grad = np.zeros(b.numel, dtype=np.float32)
-            for p, s in b.slices():
-                weight[s] = p.detach().reshape(-1).cpu().numpy()
-                if p.grad is not None:
-                    grad[s] = p.grad.detach().reshape(-1).cpu().numpy()
-            self.local.update(b.key, weight, grad)
-            with torch.no_grad():
-                for p, s in b.slices():
-                    p.copy_(torch.from_numpy(weight[s]).view_as(p))
+        sgd_step(self.local, self.buckets)
 
     def optimizer_states(self) -> dict[int, torch.Tensor]:
         """Momentum buffers per bucket key: from the servers or from the local optimizer."""
@@ -234,53 +183,22 @@ class PSSync:
 
     # -- internals ------------------------------------------------------------------------------
 
-    def _hook(self, bucket: _Bucket, index: int) -> Callable[[torch.Tensor], None]:
+    def _hook(self, bucket: Bucket, index: int) -> Callable[[torch.Tensor], None]:
+        ready = self._ready[bucket.key]
+
         def hook(_: torch.Tensor) -> None:
-            bucket.ready.add(index)
-            if len(bucket.ready) == len(bucket.params) and not bucket.pushed:
+            ready.add(index)
+            if len(ready) == len(bucket.params) and bucket.key not in self._pushed:
                 self._push(bucket)
                 self.pushed_in_backward += 1
 
         return hook
 
-    def _push(self, bucket: _Bucket) -> None:
-        buf = bucket.buffer
-        assert buf is not None
-        with torch.no_grad():
-            for p, s in bucket.slices():
-                if p.grad is None:
-                    buf[s].zero_()
-                else:
-                    buf[s].copy_(p.grad.detach().reshape(-1))
-        self.kv.push(bucket.key, buf)  # the servers may read the buffer until the pull in synchronize()
-        bucket.pushed = True
+    def _push(self, bucket: Bucket) -> None:
+        bucket.gather_grads()
+        self.kv.push(bucket.key, bucket.buffer)  # the servers may read the buffer until the pull in synchronize()
+        self._pushed.add(bucket.key)
 
     def _write_weights(self) -> None:
-        with torch.no_grad():
-            for b in self.buckets:
-                assert b.buffer is not None
-                for p, s in b.slices():
-                    p.copy_(b.buffer[s].view_as(p))
-
-
-def _make_buckets(
-    named: list[tuple[str, torch.nn.Parameter]], wd_mult: WdMult, bucket_bytes: int, key_base: int
-) -> list[_Bucket]:
-    """Buckets in reverse registration order, one open bucket per weight decay multiplier."""
-    buckets: list[_Bucket] = []
-    open_: dict[float, _Bucket] = {}
-    for name, p in reversed(named):
-        if wd_mult is None:
-            mult = 1.0
-        elif callable(wd_mult):
-            mult = float(wd_mult(name, p))
-        else:
-            mult = float(wd_mult.get(name, 1.0))
-        bucket = open_.get(mult)
-        if bucket is None:
-            bucket = open_[mult] = _Bucket(key_base + len(buckets), mult)
-            buckets.append(bucket)
-        bucket.add(p)
-        if bucket.numel * 4 >= bucket_bytes:
-            del open_[mult]
-    return buckets
+        for b in self.buckets:
+            b.scatter_weights()

@@ -1,7 +1,10 @@
 """The command line and environment of each role of a plan, as the launcher starts them.
 
-Roles find each other through the variables MXNet users know (DMLC_*); the
-environment is built here from an explicit list, never inherited piecemeal.
+On the parameter server (back end ``ps``) roles find each other through the
+variables MXNet users know (DMLC_*); with ``ddp`` only the workers run, with the
+variables torchrun sets (MASTER_ADDR and MASTER_PORT: worker 0's address and the
+plan's root port; RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE). The environment is
+built here from an explicit list, never inherited piecemeal.
 
 * ``local``: the role's process runs here with that environment.
 * ``ssh``: the OpenSSH client runs ``python -m clipflow.cluster.remote_exec`` on the
@@ -44,21 +47,42 @@ def ps_environment(plan: Plan, role: Role) -> dict[str, str]:
     }
 
 
+def ddp_environment(plan: Plan, role: Role, local_rank: int, local_size: int) -> dict[str, str]:
+    master = next(r for r in plan.roles if r.role == "worker" and r.rank == 0)
+    return {
+        "MASTER_ADDR": master.address,
+        "MASTER_PORT": str(plan.root_port),
+        "RANK": str(role.rank),
+        "WORLD_SIZE": str(plan.num_workers),
+        "LOCAL_RANK": str(local_rank),
+        "LOCAL_WORLD_SIZE": str(local_size),
+    }
+
+
 def role_commands(
-    plan: Plan, worker_argv: Sequence[str], extra_env: Mapping[str, str] | None = None
+    plan: Plan, worker_argv: Sequence[str], extra_env: Mapping[str, str] | None = None, backend: str = "ps"
 ) -> list[RoleCommand]:
-    """Scheduler and servers run `clipflow ps role`; workers run ``worker_argv`` (a full command line).
+    """Workers run ``worker_argv`` (a full command line); with ``backend`` ps the scheduler and servers
+    run `clipflow ps role`, with ddp there are none.
 
     ``extra_env`` (the launcher's ``--env K=V``) is added to every role's environment.
     """
     python = plan.python or sys.executable
     per_host: dict[str, int] = {}
+    local_rank: dict[int, int] = {}
     for r in plan.roles:
         if r.role == "worker":
-            per_host[r.host] = per_host.get(r.host, 0) + 1
+            local_rank[r.rank] = per_host.get(r.host, 0)
+            per_host[r.host] = local_rank[r.rank] + 1
     commands = []
     for r in plan.roles:
-        env = {**ps_environment(plan, r), **(extra_env or {})}
+        if r.role != "worker" and backend == "ddp":
+            continue
+        if backend == "ddp":
+            env = ddp_environment(plan, r, local_rank[r.rank], per_host[r.host])
+        else:
+            env = ps_environment(plan, r)
+        env.update(extra_env or {})
         if r.role == "worker":
             env["CLIPFLOW_WORKERS_ON_HOST"] = str(per_host[r.host])  # the worker divides its host's cores
             argv = list(worker_argv)

@@ -1,11 +1,12 @@
-"""The training loop a worker runs: data-parallel SGD with gradients summed on the parameter server.
+"""The training loop a worker runs: data-parallel SGD, on the parameter server or on torch.distributed.
 
 Every worker builds the same model from the same seed, then takes rank 0's state
-(fresh, or the newest checkpoint rank 0 can load) through the key-value store, so
-only the launching node needs the checkpoint files. Gradients go to the servers in
-buckets while backward runs (PSSync). With update_on_kvstore false the servers sum
-them and every worker applies the same SGD update; with true the servers run that
-update and the workers pull the new weights.
+(fresh, or the newest checkpoint rank 0 can load) through the back end's broadcast
+(clipflow.train.comm), so only the launching node needs the checkpoint files.
+Gradients are summed in buckets while backward runs: on the parameter server
+(PSSync; with update_on_kvstore the servers also run the update and the workers
+pull the new weights) or by DistributedDataParallel (DDPSync). Both back ends
+update the weights with the same SGD on the same buckets.
 """
 
 from __future__ import annotations
@@ -31,28 +32,11 @@ from clipflow.errors import ClipflowError
 from clipflow.files import write_text_atomic
 from clipflow.models import build_model
 from clipflow.train.checkpoint import CheckpointStore, atomic_save
+from clipflow.train.comm import DDPComm, PSComm
 from clipflow.train.faults import FaultInjector
-from clipflow.train.ps_sync import PSSync
 from clipflow.train.schedule import Schedule, scaled_lr
 from clipflow.train.step import StepOptions
 from clipflow.train.validate import ValShard
-
-# Key ranges on the parameter server, one per kind of tensor (PSSync's buckets start at 1,000,000).
-STATE_KEYS = 100_000
-MOMENTUM_KEYS = 200_000
-META_KEY = 300_000
-METRIC_KEY = 300_001
-VAL_KEY = 300_002
-
-
-@dataclass(frozen=True)
-class PSSettings:
-    """How workers use the parameter server (launch settings, not part of a recipe)."""
-
-    mode: str = "dist_sync"
-    update_on_kvstore: bool = False  # True: servers run the optimizer; False: they sum, workers update
-    compression: str = "none"  # or "2bit"
-    threshold: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -101,9 +85,9 @@ def make_dataset(recipe: dict, list_path: Path, root: Path, mode: str, seed: int
     )
 
 
-def fingerprint(recipe: dict, num_workers: int, seed: int, ps: PSSettings, shard: Path) -> str:
+def fingerprint(recipe: dict, num_workers: int, seed: int, backend: dict, shard: Path) -> str:
     """Settings a checkpoint is valid for: resuming under others would mix two trainings."""
-    settings = {"recipe": recipe, "workers": num_workers, "seed": seed, "ps": vars(ps)}
+    settings = {"recipe": recipe, "workers": num_workers, "seed": seed, **backend}
     blob = json.dumps(settings, sort_keys=True)
     digest = hashlib.sha256(blob.encode())
     digest.update(shard.read_bytes())
@@ -122,9 +106,9 @@ def no_decay_mults(model: torch.nn.Module) -> dict[str, float]:
 
 
 class Trainer:
-    def __init__(self, kv: Any, recipe: dict, paths: WorkerPaths, seed: int, ps: PSSettings, log=print):
-        self.kv, self.recipe, self.paths, self.seed, self.ps, self.log = kv, recipe, paths, seed, ps, log
-        self.rank, self.num_workers = kv.rank, kv.num_workers
+    def __init__(self, comm: PSComm | DDPComm, recipe: dict, paths: WorkerPaths, seed: int, log=print):
+        self.comm, self.recipe, self.paths, self.seed, self.log = comm, recipe, paths, seed, log
+        self.rank, self.num_workers = comm.rank, comm.num_workers
         t = recipe["train"]
         self.epochs, self.batch_size = t["epochs"], t["batch_size"]
         shard = paths.splits_dir / f"worker{self.rank}.lst"
@@ -152,9 +136,9 @@ class Trainer:
         torch.manual_seed(seed)
         self.model = build_model(recipe["model"])
         self.step_options = StepOptions.of(t)
-        self.forward = self.step_options.prepare(self.model)  # the same parameters, maybe compiled
-        self.sync: PSSync | None = None  # made once rank 0's state is known (_resume_state)
-        run_id = fingerprint(recipe, self.num_workers, seed, ps, shard)
+        self.sync: Any = None  # PSSync or DDPSync, made once rank 0's state is known (_resume_state)
+        self.forward: Any = None  # what a step calls: the model, maybe wrapped by the sync, maybe compiled
+        run_id = fingerprint(recipe, self.num_workers, seed, comm.identity(), shard)
         self.store = CheckpointStore(paths.checkpoint_root / run_id, keep=t["keep_checkpoints"], log=log)
         self.history_path = self.store.folder / "metrics.jsonl"
         self.faults = FaultInjector(self.rank)
@@ -203,53 +187,41 @@ class Trainer:
                 self.log(f"resumed from checkpoint {path} (epoch {state['epoch']}{inside}, step {state['step']})")
             else:
                 self.log(f"no checkpoint in {self.store.folder}: starting from scratch")
-        self._broadcast([META_KEY], [done])
+        self.comm.broadcast("meta", [done])
         buffers = [b for b in self.model.buffers() if b.is_floating_point()]  # BatchNorm statistics
-        self._broadcast(list(range(STATE_KEYS, STATE_KEYS + len(buffers))), buffers)
+        self.comm.broadcast("buffers", buffers)
         t = self.recipe["train"]
-        self.sync = PSSync(  # takes rank 0's weights
+        self.sync = self.comm.gradient_sync(  # takes rank 0's weights
             self.model,
-            self.kv,
-            update_on_kvstore=self.ps.update_on_kvstore,
-            optimizer={"learning_rate": self.lr, "momentum": t["momentum"], "wd": t["wd"],
-                       "nesterov": t["nesterov"], "rescale_grad": 1.0 / self.num_workers},
-            wd_mult=no_decay_mults(self.model) if t["no_wd"] else None,
-            clip_norm=t["clip_grad"],
-        )  # fmt: skip
+            {"learning_rate": self.lr, "momentum": t["momentum"], "wd": t["wd"], "nesterov": t["nesterov"]},
+            no_decay_mults(self.model) if t["no_wd"] else None,
+            t["clip_grad"],
+        )
+        self.forward = self.step_options.prepare(self.sync.module)  # the same parameters, maybe compiled
+        if self.rank == 0:
+            self.log(f"back end {self.comm.backend}: gradients summed over {self.num_workers} workers")
         if self.rank == 0 and t["no_wd"]:
             spared = [b for b in self.sync.buckets if b.wd_mult == 0.0]
             count, total = sum(len(b.params) for b in spared), len(list(self.model.parameters()))
             self.log(f"no weight decay on {count} of {total} parameters (biases, BatchNorm), {len(spared)} buckets")
         if self.rank == 0 and self.sync.clip_norm:
-            self.log(f"gradients clipped to L2 norm {self.sync.clip_norm:g} per worker before the push")
-        if self.ps.compression != "none":
-            self.kv.set_gradient_compression({"type": self.ps.compression, "threshold": self.ps.threshold},
-                                             keys=self.sync.keys)  # fmt: skip
+            self.log(f"gradients clipped to L2 norm {self.sync.clip_norm:g} per worker before the sum")
         if done[0] > 0 or done[2] > 0:
             self._share_optimizer_states(optimizer_states)
-        self.kv.init(METRIC_KEY, torch.zeros(3))
-        self.kv.init(VAL_KEY, torch.zeros(4))
         return int(done[0]), int(done[1]), int(done[2])
 
     def _share_optimizer_states(self, states: dict) -> None:
         """Rank 0's momentum buffers (from its checkpoint) to wherever the optimizer runs."""
-        assert self.sync is not None
-        if self.ps.update_on_kvstore:
+        if self.comm.optimizer_on_servers:
             self.sync.load_optimizer_states(states)  # collective: rank 0 sends to the servers
             return
         buffers = [states[b.key].clone().float() if self.rank == 0 else torch.zeros(b.numel) for b in self.sync.buckets]
-        self._broadcast(list(range(MOMENTUM_KEYS, MOMENTUM_KEYS + len(buffers))), buffers)
+        self.comm.broadcast("momentum", buffers)
         self.sync.load_optimizer_states({b.key: buf for b, buf in zip(self.sync.buckets, buffers, strict=True)})
-
-    def _broadcast(self, keys: list[int], tensors: list[torch.Tensor]) -> None:
-        """Rank 0's tensors reach every worker, in place: one init (one barrier), then one pull."""
-        if keys:
-            self.kv.init(keys, tensors)
-            self.kv.pull(keys, tensors)
 
     def _global_metrics(self, loss_sum: float, correct: int, count: int) -> tuple[float, float]:
         totals = torch.tensor([loss_sum, float(correct), float(count)])
-        self.kv.pushpull([METRIC_KEY], [totals], [totals])
+        self.comm.all_sum("metrics", totals)
         return float(totals[0] / totals[2]), float(totals[1] / totals[2])
 
     def _validate(self) -> dict:
@@ -258,7 +230,7 @@ class Trainer:
         local = self.val.totals(lambda slow, fast: self.step_options.logits(self.forward, slow, fast),
                                 self.recipe["model"]["num_classes"]).float()  # fmt: skip
         self.model.train()
-        self.kv.pushpull([VAL_KEY], [local], [local])
+        self.comm.all_sum("val", local)
         loss, top1, top5, count = (float(v) for v in local)
         return {"val_loss": loss / count, "val_top1": top1 / count, "val_top5": top5 / count, "val_videos": int(count)}
 
@@ -292,7 +264,7 @@ class Trainer:
     def _checkpoint_inside(self, epoch: int, step: int, iteration: int, local: tuple[float, int, int]) -> None:
         """A checkpoint inside an epoch: every worker adds its totals so far (collective), rank 0 saves."""
         totals = torch.tensor([float(v) for v in local])
-        self.kv.pushpull([METRIC_KEY], [totals], [totals])
+        self.comm.all_sum("metrics", totals)
         if self.rank == 0:
             partial = {"loss_sum": float(totals[0]), "correct": int(totals[1]), "count": int(totals[2])}
             self._checkpoint(epoch, step, iteration, partial)
@@ -384,4 +356,4 @@ class Trainer:
             self.paths.metrics_out.parent.mkdir(parents=True, exist_ok=True)
             self.paths.metrics_out.write_text(self.history_path.read_text())
             self.log(f"final model {self.paths.model_out}")
-        self.kv.barrier()
+        self.comm.barrier()

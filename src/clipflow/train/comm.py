@@ -1,0 +1,197 @@
+"""The collectives a trainer needs, on either back end: ``ps`` (clipflow's parameter server) or
+``ddp`` (torch.distributed with gloo).
+
+Both give the same four operations, each called by every worker at the same point:
+
+* ``broadcast(name, tensors)``: rank 0's tensors, in place, on every worker;
+* ``all_sum(name, tensor)``: the sum over the workers, in place;
+* ``barrier()``;
+* ``gradient_sync(model, optimizer, wd_mult, clip_norm)``: the object that sums gradients and
+  updates the weights (PSSync or DDPSync; the optimizer settings are given without
+  ``rescale_grad``, which both set to 1 / workers so the sum becomes a mean).
+
+``name`` says what the tensors are (``meta``, ``buffers``, ``momentum``, ``metrics``, ``val``): the
+parameter server keeps each kind under its own key range; torch.distributed ignores it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from clipflow.errors import ClipflowError
+from clipflow.ps.env import float_var, int_var, required_var
+from clipflow.train.buckets import WdMult
+
+BACKENDS = ("ps", "ddp")
+DEFAULT_DDP_TIMEOUT_S = 600.0  # a collective not met by every process within this fails (gloo's own timeout)
+
+
+@dataclass(frozen=True)
+class PSSettings:
+    """How workers use the parameter server (launch settings, not part of a recipe)."""
+
+    mode: str = "dist_sync"
+    update_on_kvstore: bool = False  # True: servers run the optimizer; False: they sum, workers update
+    compression: str = "none"  # or "2bit"
+    threshold: float = 0.5
+
+    def check_for(self, backend: str) -> None:
+        """These are parameter-server settings: with ``ddp`` only the synchronous defaults make sense."""
+        if backend not in BACKENDS:
+            raise ClipflowError(f"train backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
+        if backend == "ps":
+            return
+        if self.mode != "dist_sync":
+            raise ClipflowError(
+                f"kvstore {self.mode} is a parameter-server mode; the ddp back end is synchronous "
+                "(use --kvstore dist_sync, or --backend ps)"
+            )
+        if self.update_on_kvstore or self.compression != "none":
+            setting = "--update-on-kvstore" if self.update_on_kvstore else f"--compression {self.compression}"
+            raise ClipflowError(f"{setting} needs the parameter server; drop it or use --backend ps")
+
+
+class PSComm:
+    """The trainer's collectives on the parameter server's key-value store."""
+
+    backend = "ps"
+    KEYS = {"buffers": 100_000, "momentum": 200_000, "meta": 300_000, "metrics": 300_001, "val": 300_002}
+
+    def __init__(self, kv: Any, settings: PSSettings):
+        self.kv, self.settings = kv, settings
+        self.rank, self.num_workers = kv.rank, kv.num_workers
+        self._summed: set[int] = set()  # keys initialised for all_sum
+
+    @property
+    def optimizer_on_servers(self) -> bool:
+        return self.settings.update_on_kvstore
+
+    def identity(self) -> dict:
+        """The settings a checkpoint of this run is tied to."""
+        return {"ps": vars(self.settings)}
+
+    def broadcast(self, name: str, tensors: list[torch.Tensor]) -> None:
+        """One init (a barrier: rank 0's values win), then one pull."""
+        if tensors:
+            keys = list(range(self.KEYS[name], self.KEYS[name] + len(tensors)))
+            self.kv.init(keys, tensors)
+            self.kv.pull(keys, tensors)
+
+    def all_sum(self, name: str, tensor: torch.Tensor) -> None:
+        key = self.KEYS[name]
+        if key not in self._summed:
+            self.kv.init(key, torch.zeros_like(tensor))
+            self._summed.add(key)
+        self.kv.pushpull([key], [tensor], [tensor])
+
+    def barrier(self) -> None:
+        self.kv.barrier()
+
+    def gradient_sync(self, model: torch.nn.Module, optimizer: Mapping[str, Any], wd_mult: WdMult, clip_norm: float):
+        from clipflow.train.ps_sync import PSSync
+
+        sync = PSSync(
+            model,
+            self.kv,
+            update_on_kvstore=self.settings.update_on_kvstore,
+            optimizer={**optimizer, "rescale_grad": 1.0 / self.num_workers},
+            wd_mult=wd_mult,
+            clip_norm=clip_norm,
+        )
+        if self.settings.compression != "none":
+            self.kv.set_gradient_compression(
+                {"type": self.settings.compression, "threshold": self.settings.threshold}, keys=sync.keys
+            )
+        return sync
+
+
+@dataclass(frozen=True)
+class DDPConfig:
+    """Where a ddp process finds the others: the variables torchrun and clipflow's launcher set."""
+
+    rank: int
+    world_size: int
+    master_addr: str
+    master_port: int
+    local_rank: int
+    timeout_s: float
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> DDPConfig:
+        env = os.environ if environ is None else environ
+        world = int_var(env, "WORLD_SIZE", "the number of training processes, an integer >= 1", low=1)
+        return cls(
+            rank=int_var(env, "RANK", f"this process's rank, an integer 0..{world - 1} (WORLD_SIZE={world})",
+                         low=0, high=world - 1),
+            world_size=world,
+            master_addr=required_var(env, "MASTER_ADDR", "the address of the rank 0 process"),
+            master_port=int_var(env, "MASTER_PORT", "the rank 0 process's port, 1..65535", low=1, high=65535),
+            local_rank=int_var(env, "LOCAL_RANK", "this process's index on its host, an integer >= 0", low=0,
+                               default=0),
+            timeout_s=float_var(env, "CLIPFLOW_DDP_TIMEOUT", "seconds, a number > 0", DEFAULT_DDP_TIMEOUT_S),
+        )  # fmt: skip
+
+
+class DDPComm:
+    """The trainer's collectives on torch.distributed (gloo), set up from :class:`DDPConfig`."""
+
+    backend = "ddp"
+    optimizer_on_servers = False
+
+    def __init__(self, config: DDPConfig):
+        import torch.distributed as dist
+
+        self.config = config
+        self.rank, self.num_workers = config.rank, config.world_size
+        self._dist = dist
+        dist.init_process_group(
+            "gloo",
+            init_method=f"tcp://{_host_port(config.master_addr, config.master_port)}",
+            rank=config.rank,
+            world_size=config.world_size,
+            timeout=datetime.timedelta(seconds=config.timeout_s),
+        )
+
+    def __enter__(self) -> DDPComm:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self._dist.is_initialized():
+            self._dist.destroy_process_group()
+
+    def identity(self) -> dict:
+        return {"backend": "ddp"}
+
+    def broadcast(self, name: str, tensors: list[torch.Tensor]) -> None:
+        for t in tensors:
+            self._dist.broadcast(t, src=0)
+
+    def all_sum(self, name: str, tensor: torch.Tensor) -> None:
+        self._dist.all_reduce(tensor)
+
+    def barrier(self) -> None:
+        self._dist.barrier()
+
+    def gradient_sync(self, model: torch.nn.Module, optimizer: Mapping[str, Any], wd_mult: WdMult, clip_norm: float):
+        from clipflow.train.ddp_sync import DDPSync
+
+        return DDPSync(model, optimizer={**optimizer, "rescale_grad": 1.0 / self.num_workers}, wd_mult=wd_mult,
+                       clip_norm=clip_norm)  # fmt: skip
+
+
+def _host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+LOST_PEER = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
+
+
+def lost_peer(exc: BaseException) -> bool:
+    """Whether a torch.distributed error says another process went away (gloo's messages)."""
+    return any(text in str(exc) for text in LOST_PEER)

@@ -1,0 +1,118 @@
+"""Data-parallel gradients over torch.distributed: PSSync's counterpart for the ``ddp`` back end.
+
+::
+
+    sync = DDPSync(model, optimizer={"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-4,
+                                     "rescale_grad": 1 / world_size})
+    for x, y in batches:
+        sync.set_learning_rate(schedule(step))
+        loss_fn(sync.module(x), y).backward()   # DistributedDataParallel sums buckets during backward
+        sync.synchronize()
+        sync.step()                             # the same SGD as the parameter server's workers
+        model.zero_grad(set_to_none=True)
+
+The model is wrapped in torch's ``DistributedDataParallel`` (its constructor gives every
+process rank 0's weights and buffers), with a communication hook that **sums** the
+gradient buckets instead of averaging them: the optimizer's ``rescale_grad`` (1 / world
+size) makes the mean, as on the parameter server, so both back ends run the same update on
+the same numbers. BatchNorm statistics stay each process's own (``forward_sync_buffers``
+off), as on the parameter server.
+
+With ``clip_norm`` > 0 every process clips its own gradients to that L2 norm before the
+sum (GluonCV's ``--clip-grad``, as PSSync does it). That needs all local gradients first, so
+the model is not wrapped: :meth:`synchronize` clips, then sums each bucket with one
+all-reduce.
+
+The weights are updated by :func:`clipflow.train.buckets.sgd_step` on PSSync's buckets
+(same keys, same weight decay multipliers), so optimizer states move between the back ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from clipflow.errors import ClipflowError
+from clipflow.ps.optimizer import create as create_optimizer
+from clipflow.train.buckets import DEFAULT_BUCKET_BYTES, KEY_BASE, WdMult, make_buckets, sgd_step, trainable
+
+
+def _sum_hook(_state, bucket):  # no annotations: DDP checks them as classes, and here they would be strings
+    """DDP communication hook: the plain sum of a ``dist.GradBucket`` over the processes (the default
+    hook divides by the world size)."""
+    work = dist.all_reduce(bucket.buffer(), async_op=True)
+    return work.get_future().then(lambda fut: fut.value()[0])
+
+
+class DDPSync:
+    """Sums gradients over the torch.distributed group; :meth:`step` is the parameter server's SGD."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        *,
+        optimizer: Mapping[str, Any],
+        wd_mult: WdMult = None,
+        clip_norm: float = 0.0,
+        bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+    ) -> None:
+        if not dist.is_initialized():
+            raise ClipflowError("DDPSync needs torch.distributed initialised (clipflow's ddp back end does it)")
+        if not clip_norm >= 0:
+            raise ClipflowError(f"clip_norm must be >= 0 (0: no clipping), got {clip_norm}")
+        self.clip_norm = float(clip_norm)
+        self.buckets = make_buckets(trainable(model, "DDPSync"), wd_mult, bucket_bytes, KEY_BASE)
+        self.keys = [b.key for b in self.buckets]
+        try:
+            self.local = create_optimizer(**dict(optimizer))
+        except (TypeError, ValueError) as exc:
+            raise ClipflowError(f"optimizer: {exc}") from None
+        self.local.set_wd_mult({b.key: b.wd_mult for b in self.buckets if b.wd_mult != 1.0})
+        if self.clip_norm:
+            self._broadcast_state(model)
+            for b in self.buckets:
+                b.buffer = torch.zeros(b.numel, dtype=torch.float32, device=b.params[0].device)
+            self.module: torch.nn.Module = model
+        else:
+            ddp = DistributedDataParallel(model, forward_sync_buffers=False, bucket_cap_mb=bucket_bytes / 2**20)
+            ddp.register_comm_hook(None, _sum_hook)
+            self.module = ddp
+
+    @staticmethod
+    def _broadcast_state(model: torch.nn.Module) -> None:
+        """Rank 0's parameters and buffers to every process (what DistributedDataParallel's constructor does)."""
+        with torch.no_grad():
+            for t in [*model.parameters(), *model.buffers()]:
+                dist.broadcast(t.data, src=0)
+
+    def set_learning_rate(self, lr: float) -> None:
+        self.local.learning_rate = float(lr)
+
+    def synchronize(self) -> None:
+        """Without clipping, DistributedDataParallel has summed the gradients during backward; with it,
+        clip this process's gradients, then sum every bucket."""
+        if not self.clip_norm:
+            return
+        grads = [p for b in self.buckets for p in b.params if p.grad is not None]
+        torch.nn.utils.clip_grad_norm_(grads, self.clip_norm)
+        works = []
+        for b in self.buckets:
+            b.gather_grads()
+            works.append(dist.all_reduce(b.buffer, async_op=True))
+        for b, work in zip(self.buckets, works, strict=True):
+            work.wait()
+            b.scatter_grads()
+
+    def step(self) -> None:
+        sgd_step(self.local, self.buckets)
+
+    def optimizer_states(self) -> dict[int, torch.Tensor]:
+        """Momentum buffers per bucket key (the format PSSync saves)."""
+        return {k: torch.from_numpy(v) for k, v in self.local.get_states().items()}
+
+    def load_optimizer_states(self, states: Mapping[int, torch.Tensor]) -> None:
+        self.local.set_states({k: v.detach().cpu().numpy() for k, v in states.items()})

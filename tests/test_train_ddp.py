@@ -1,0 +1,140 @@
+"""The ddp back end on real processes: torch.distributed with gloo over loopback, started by `train launch`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import python_env
+from test_train_launch import TINY, launch, two_splits
+
+from clipflow.cluster.hostsfile import Host
+from clipflow.cluster.plan import make_plan
+from clipflow.errors import ClipflowError
+from clipflow.train.comm import DDPConfig
+from clipflow.train.roles import role_commands
+
+
+def weights(path) -> dict[str, torch.Tensor]:
+    return torch.load(path, weights_only=False)["model"]
+
+
+@pytest.mark.parametrize(
+    "train",
+    [{}, {"no_wd": True, "clip_grad": 0.05, "nesterov": True}],
+    ids=["plain", "clipped-no-wd-nesterov"],
+)
+def test_ps_and_ddp_end_with_the_same_weights_from_the_same_start(tmp_path, tiny_videos, train):
+    """Two workers, two epochs, the same seed: the parameter server sums each bucket as gloo's all-reduce does
+    (two addends: the same float sum either way) and both run the same SGD, so every tensor is equal."""
+    splits = two_splits(tmp_path, tiny_videos)
+    recipe = {**TINY, "train": {**TINY["train"], "epochs": 2, **train}}
+    runs = {}
+    for backend in ("ps", "ddp"):
+        done = launch(tmp_path / backend, tiny_videos, splits, "--backend", backend, overrides=recipe)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"back end {backend}: gradients summed over 2 workers" in done.stdout
+        if train:
+            assert "gradients clipped to L2 norm 0.05 per worker before the sum" in done.stdout
+        runs[backend] = done
+    ps, ddp = weights(tmp_path / "ps" / "model.pt"), weights(tmp_path / "ddp" / "model.pt")
+    assert ps.keys() == ddp.keys()
+    for name in ps:
+        assert torch.equal(ps[name], ddp[name]), name
+    history = {b: [json.loads(x) for x in (tmp_path / b / "metrics.jsonl").read_text().splitlines()] for b in runs}
+    assert [h["loss"] for h in history["ps"]] == [h["loss"] for h in history["ddp"]]
+    assert history["ddp"][1]["loss"] < history["ddp"][0]["loss"]  # it trained
+    assert "MASTER_ADDR" not in runs["ps"].stdout and not (tmp_path / "ddp" / "logs" / "scheduler-0.log").exists()
+
+
+def test_a_ddp_run_killed_inside_an_epoch_falls_back_from_a_damaged_checkpoint_and_ends_with_the_same_weights(
+    tmp_path, tiny_videos
+):
+    """A checkpoint every iteration; worker 1 killed at epoch 2 iteration 3; the newest checkpoint (epoch 2,
+    iteration 3) is then cut short. The rerun says so, resumes at epoch 2 iteration 2, and ends with the weights of
+    an uninterrupted run."""
+    splits = two_splits(tmp_path, tiny_videos, 8)
+    recipe = {**TINY, "train": {**TINY["train"], "epochs": 2, "save_every_iters": 1, "keep_checkpoints": 10}}
+    whole = launch(tmp_path / "whole", tiny_videos, splits, "--backend", "ddp", overrides=recipe)
+    assert whole.returncode == 0, whole.stdout + whole.stderr
+    broken = tmp_path / "broken"
+    failed = launch(broken, tiny_videos, splits, "--backend", "ddp", overrides=recipe,
+                    env_extra={"CLIPFLOW_FAULT_KILL": "1:2:3"})  # fmt: skip
+    assert failed.returncode != 0 and "worker 1 on localhost failed (killed by signal SIGKILL)" in failed.stdout
+    folder = next((broken / "ckpt").iterdir())
+    newest = folder / "epoch_0002_iter_000003.pt"
+    data = newest.read_bytes()
+    newest.write_bytes(data[: len(data) // 2])
+    resumed = launch(broken, tiny_videos, splits, "--backend", "ddp", overrides=recipe)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert f"checkpoint {newest} cannot be loaded" in resumed.stdout
+    assert "epoch_0002_iter_000002.pt (epoch 2, iteration 2, step 6)" in resumed.stdout
+    a, b = weights(tmp_path / "whole" / "model.pt"), weights(broken / "model.pt")
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--update-on-kvstore"], "--update-on-kvstore needs the parameter server; drop it or use --backend ps"),
+        (["--compression", "2bit"], "--compression 2bit needs the parameter server"),
+        (["--kvstore", "dist_async"], "kvstore dist_async is a parameter-server mode; the ddp back end is synchronous"),
+    ],
+)
+def test_ddp_refuses_parameter_server_settings_before_anything_starts(tmp_path, tiny_videos, flags, message):
+    splits = two_splits(tmp_path, tiny_videos)
+    done = launch(tmp_path, tiny_videos, splits, "--backend", "ddp", *flags)
+    assert done.returncode == 2 and message in done.stderr, done.stdout + done.stderr
+    assert not (tmp_path / "logs").exists()
+
+
+GOOD = {"WORLD_SIZE": "2", "RANK": "1", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({**GOOD, "WORLD_SIZE": ""}, "WORLD_SIZE is not set: it must be the number of training processes"),
+        ({**GOOD, "RANK": "2"}, "RANK must be this process's rank, an integer 0..1 (WORLD_SIZE=2); got '2'"),
+        ({**GOOD, "MASTER_ADDR": " "}, "MASTER_ADDR is not set: it must be the address of the rank 0 process"),
+        ({**GOOD, "MASTER_PORT": "http"}, "MASTER_PORT must be the rank 0 process's port, 1..65535; got 'http'"),
+        ({**GOOD, "MASTER_PORT": "70000"}, "got '70000'"),
+        ({**GOOD, "CLIPFLOW_DDP_TIMEOUT": "-1"}, "CLIPFLOW_DDP_TIMEOUT must be seconds, a number > 0; got '-1'"),
+    ],
+)
+def test_broken_ddp_variables_are_named(env, message):
+    with pytest.raises(ClipflowError) as err:
+        DDPConfig.from_env(env)
+    assert message in str(err.value)
+
+
+def test_a_ddp_worker_started_without_its_variables_says_which_is_missing(tmp_path):
+    env = {k: v for k, v in python_env().items() if k not in ("WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT")}
+    done = subprocess.run(
+        [sys.executable, "-m", "clipflow", "train", "worker", "--backend", "ddp", "--recipe", "slowfast_tiny_synthetic",
+         "--splits-dir", str(tmp_path), "--root", str(tmp_path), "--checkpoint-root", str(tmp_path),
+         "--model-out", str(tmp_path / "m.pt"), "--metrics-out", str(tmp_path / "m.jsonl")],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2 and "WORLD_SIZE is not set" in done.stderr, done.stderr
+
+
+def test_ddp_roles_are_the_workers_with_torchrun_variables(tmp_path):
+    """No Slurm controller here (node names need not resolve): the commands and environments the launcher would run,
+    3 workers over 2 nodes, the first taking 2 (workers 0 and 1)."""
+    plan = make_plan("slurm", [Host("gpu01", slots=2), Host("gpu02")], 3, 2, 9100, 30, "none")
+    commands = role_commands(plan, ["python", "train.py"], {"EXTRA": "1"}, backend="ddp")
+    assert [(c.role.role, c.role.rank, c.role.host) for c in commands] == [
+        ("worker", 0, "gpu01"), ("worker", 1, "gpu01"), ("worker", 2, "gpu02"),
+    ]  # fmt: skip
+    env = [c.env for c in commands]
+    assert {e["MASTER_ADDR"] for e in env} == {"gpu01"} and {e["MASTER_PORT"] for e in env} == {"9100"}
+    assert [(e["RANK"], e["WORLD_SIZE"], e["LOCAL_RANK"], e["LOCAL_WORLD_SIZE"]) for e in env] == [
+        ("0", "3", "0", "2"), ("1", "3", "1", "2"), ("2", "3", "0", "1"),
+    ]  # fmt: skip
+    assert all(e["EXTRA"] == "1" and not any(k.startswith("DMLC_") for k in e) for e in env)
