@@ -135,3 +135,13 @@ def test_broken_video_in_the_scanned_set_is_left_out(workdir):
     assert manifest["splits"]["train"]["videos"] == 24
     assert [f["path"] for f in manifest["failures"]] == ["videos/train/broken.mp4"]
     assert "videos/train/broken.mp4" not in (data / "index/train.lst").read_text()
+
+
+def test_the_ddp_back_end_reaches_the_launch_and_an_unknown_one_is_refused(workdir):
+    """config train.backend is passed to `train launch` (its runs: tests/test_train_ddp.py)."""
+    planned = snakemake(workdir, "-n", "-p", "--forcerun", "train", "train_slowfast", "--config", "train={backend: ddp}")
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    assert "--backend ddp --kvstore dist_sync" in planned.stdout
+    refused = snakemake(workdir, "-n", "train_slowfast", "--config", "train={backend: mpi}")
+    assert refused.returncode != 0
+    assert "'mpi' is not one of ['ps', 'ddp']" in refused.stdout + refused.stderr

@@ -1,4 +1,5 @@
-# Stage 4, train: the launcher starts scheduler, servers and workers of the plan.
+# Stage 4, train: the launcher starts the roles of the plan (back end ps: scheduler, servers and
+# workers; ddp: the workers).
 # Checkpoints go to results/<run>/checkpoints/, which is no declared output: a failed
 # run keeps them and the next run resumes from the newest one that loads.
 
@@ -15,6 +16,7 @@ rule train:
         history=f"{RESULTS}/train/metrics.jsonl",
     params:
         overrides=OVERRIDES,
+        backend=config["train"]["backend"],
         kvstore=config["train"]["kvstore"],
         on_servers="--update-on-kvstore" if config["train"]["update_on_kvstore"] else "",
         compression=config["train"]["gradient_compression"],
@@ -33,6 +35,7 @@ rule train:
         "python -m clipflow train launch --plan {input.plan:q} --log-dir {params.logs:q}"
         " --recipe {input.recipe:q} --overrides {params.overrides:q} --splits-dir {params.splits:q}"
         " --root {params.root:q} --checkpoint-root {params.checkpoints:q} --model-out {output.model:q}"
-        " --metrics-out {output.history:q} --val-list {input.val:q} --kvstore {params.kvstore} {params.on_servers}"
+        " --metrics-out {output.history:q} --val-list {input.val:q} --backend {params.backend}"
+        " --kvstore {params.kvstore} {params.on_servers}"
         " --compression {params.compression[type]} --compression-threshold {params.compression[threshold]}"
         " --seed {params.seed} 2>&1 | tee {log:q}"
