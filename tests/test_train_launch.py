@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import torch
 from conftest import python_env
 
@@ -181,3 +182,38 @@ def test_a_run_killed_inside_an_epoch_resumes_there_and_ends_with_the_uninterrup
     reference = [json.loads(line) for line in (whole / "metrics.jsonl").read_text().splitlines()]
     assert [h["epoch"] for h in history] == [1, 2]
     assert history[1]["loss"] == reference[1]["loss"]  # the epoch's totals carried over the restart
+
+
+def test_progress_lines_and_tensorboard_scalars_without_doubles_after_a_restart(tmp_path, tiny_videos):
+    """Worker 1 killed at the start of epoch 2 (no checkpoint yet: save_frequency 2), after rank 0 flushed epoch 1's
+    events; the rerun starts over and purges them, so every step has one loss and the epoch curves equal
+    metrics.jsonl."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    splits = two_splits(tmp_path, tiny_videos)  # 4 clips per worker, batch 2: 2 iterations an epoch
+    recipe = {**TINY, "train": {**TINY["train"], "epochs": 3, "save_frequency": 2}}
+    board = tmp_path / "board"
+    flags = ("--tensorboard", str(board))
+    failed = launch(tmp_path, tiny_videos, splits, *flags, overrides=recipe, env_extra={"CLIPFLOW_FAULT_KILL": "1:2"})
+    assert failed.returncode != 0 and "worker 1 on localhost failed" in failed.stdout
+    done = launch(tmp_path, tiny_videos, splits, *flags, overrides=recipe, env_extra={"CLIPFLOW_PROGRESS_S": "0.01"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    bars = [line for line in done.stdout.splitlines() if line.startswith("[worker 0 localhost] epoch 3/3: 100%")]
+    assert bars and "2/2" in bars[-1] and "loss " in bars[-1] and " lr " in bars[-1], bars
+    assert not any(line.startswith("[worker 1 localhost] epoch ") for line in done.stdout.splitlines())
+    events = EventAccumulator(str(board))
+    events.Reload()
+    assert [e.step for e in events.Scalars("train/loss")] == [1, 2, 3, 4, 5, 6]
+    assert [e.step for e in events.Scalars("train/lr")] == [1, 2, 3, 4, 5, 6]
+    history = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    curve = events.Scalars("epoch/loss")
+    assert [e.step for e in curve] == [h["step"] for h in history] == [2, 4, 6]
+    assert [e.value for e in curve] == pytest.approx([h["loss"] for h in history], rel=1e-6)
+    assert [e.value for e in events.Scalars("epoch/lr")] == pytest.approx([h["lr"] for h in history], rel=1e-6)
+
+
+def test_a_bad_progress_interval_is_named(tmp_path, tiny_videos):
+    splits = two_splits(tmp_path, tiny_videos)
+    done = launch(tmp_path, tiny_videos, splits, env_extra={"CLIPFLOW_PROGRESS_S": "often"})
+    assert done.returncode == 2, done.stdout
+    assert "CLIPFLOW_PROGRESS_S must be seconds between progress lines, a number > 0; got 'often'" in done.stdout

@@ -139,7 +139,8 @@ def test_broken_video_in_the_scanned_set_is_left_out(workdir):
 
 def test_the_ddp_back_end_reaches_the_launch_and_an_unknown_one_is_refused(workdir):
     """config train.backend is passed to `train launch` (its runs: tests/test_train_ddp.py)."""
-    planned = snakemake(workdir, "-n", "-p", "--forcerun", "train", "train_slowfast", "--config", "train={backend: ddp}")
+    ddp = ("--config", "train={backend: ddp}")
+    planned = snakemake(workdir, "-n", "-p", "--forcerun", "train", "train_slowfast", *ddp)
     assert planned.returncode == 0, planned.stdout + planned.stderr
     assert "--backend ddp --kvstore dist_sync" in planned.stdout
     refused = snakemake(workdir, "-n", "train_slowfast", "--config", "train={backend: mpi}")

@@ -359,6 +359,7 @@ def _add_worker_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-out", required=True)
     p.add_argument("--metrics-out", required=True)
     p.add_argument("--val-list", default="", help="scanned val list: validation while training (train.eval_every)")
+    p.add_argument("--tensorboard", default="", help="folder for rank 0's TensorBoard event files (default: none)")
     p.add_argument(
         "--backend",
         default="ps",
@@ -374,7 +375,8 @@ def _add_worker_args(p: argparse.ArgumentParser) -> None:
 
 def _worker_argv(a: argparse.Namespace) -> list[str]:
     """The worker's arguments; paths absolute, so a role on another host (shared storage) finds them."""
-    for name in ("recipe", "splits_dir", "root", "checkpoint_root", "model_out", "metrics_out", "val_list"):
+    for name in ("recipe", "splits_dir", "root", "checkpoint_root", "model_out", "metrics_out", "val_list",
+                 "tensorboard"):  # fmt: skip
         if (name != "recipe" or Path(a.recipe).exists()) and getattr(a, name):  # a recipe may also be a name
             setattr(a, name, str(Path(getattr(a, name)).absolute()))
     return [
@@ -393,6 +395,7 @@ def _worker_argv(a: argparse.Namespace) -> list[str]:
         "--metrics-out",
         a.metrics_out,
         *(["--val-list", a.val_list] if a.val_list else []),
+        *(["--tensorboard", a.tensorboard] if a.tensorboard else []),
         "--backend",
         a.backend,
         "--kvstore",
@@ -448,6 +451,7 @@ def cmd_train_worker(a: argparse.Namespace) -> int:
         Path(a.model_out),
         Path(a.metrics_out),
         Path(a.val_list) if a.val_list else None,
+        Path(a.tensorboard) if a.tensorboard else None,
     )
     ps = _ps_settings(a)
     ps.check_for(a.backend)

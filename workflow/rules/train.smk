@@ -21,6 +21,7 @@ rule train:
         on_servers="--update-on-kvstore" if config["train"]["update_on_kvstore"] else "",
         compression=config["train"]["gradient_compression"],
         seed=config["train"]["seed"],
+        tensorboard=f"--tensorboard {RESULTS}/tensorboard" if config["train"]["tensorboard"] else "",
         root=data_root,
         splits=lambda wildcards, input: os.path.dirname(input.splits[0]),
         checkpoints=f"{RESULTS}/checkpoints",
@@ -38,4 +39,4 @@ rule train:
         " --metrics-out {output.history:q} --val-list {input.val:q} --backend {params.backend}"
         " --kvstore {params.kvstore} {params.on_servers}"
         " --compression {params.compression[type]} --compression-threshold {params.compression[threshold]}"
-        " --seed {params.seed} 2>&1 | tee {log:q}"
+        " --seed {params.seed} {params.tensorboard} 2>&1 | tee {log:q}"

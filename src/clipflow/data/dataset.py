@@ -44,6 +44,7 @@ from clipflow.data.transforms import (
     TransformSpec,
     as_video,
     center_crop_box,
+    normalize_clips,
     test_crop_boxes,
     train_crop_box,
     transform_clip,
@@ -124,6 +125,10 @@ class SlowFastClips(Dataset):
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
+
+    def normalize(self, clips: torch.Tensor) -> torch.Tensor:
+        """A uint8 batch of this dataset's clips as the model's float input (the recipe's mean and std)."""
+        return normalize_clips(clips, self.transform)
 
     @property
     def views(self) -> int:

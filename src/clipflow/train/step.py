@@ -2,10 +2,11 @@
 
 ``StepOptions.of(recipe["train"])`` reads ``precision`` (``fp32``, or ``bf16``: autocast
 to bfloat16 on the model's device, BatchNorm and the loss staying float32, as torch's
-autocast lists them), ``channels_last`` (model and clips in channels_last_3d, the layout
-cuDNN's and oneDNN's 3D convolutions prefer) and ``compile`` (torch.compile of the
-model). ``prepare(model)`` applies the layout and compilation once; ``logits(model,
-slow, fast)`` runs the forward under the chosen precision. The trainer and
+autocast lists them), ``channels_last`` (model and clips in channels_last_3d, images in
+channels_last: the layouts cuDNN's and oneDNN's convolutions prefer) and ``compile``
+(torch.compile of the model). ``prepare(model)`` applies the layout and compilation once;
+``logits(model, *inputs)`` (slow and fast clips, or one batch of images) runs the forward
+under the chosen precision. The trainer and
 bench/train_step.py both go through here, so the bench measures the trainer's step.
 """
 
@@ -37,25 +38,29 @@ class StepOptions:
         """From a recipe's train section (the schema fills the defaults)."""
         return cls(train["precision"], train["channels_last"], train["compile"])
 
-    def prepare(self, model: nn.Module) -> nn.Module:
-        """The model to call: in channels_last_3d and compiled if asked (its parameters are the same
-        tensors, so optimizers and the parameter server's hooks keep working on them)."""
+    def prepare(self, model: nn.Module, images: bool = False) -> nn.Module:
+        """The model to call: in channels_last_3d (channels_last for an image model) and compiled if asked
+        (its parameters are the same tensors, so optimizers and the back ends' hooks keep working on them)."""
         if self.channels_last:
-            model = model.to(memory_format=torch.channels_last_3d)
+            model = model.to(memory_format=torch.channels_last if images else torch.channels_last_3d)
         if self.compile:
             model = torch.compile(model)
         return model
 
-    def logits(self, model: nn.Module, slow: torch.Tensor, fast: torch.Tensor) -> torch.Tensor:
+    def logits(self, model: nn.Module, *inputs: torch.Tensor) -> torch.Tensor:
         """The forward pass of one step (the loss is for the caller, outside autocast: float32)."""
         if self.channels_last:
-            slow = slow.contiguous(memory_format=torch.channels_last_3d)
-            fast = fast.contiguous(memory_format=torch.channels_last_3d)
-        with self._autocast(fast.device.type):
-            out = model(slow, fast)
+            inputs = tuple(_channels_last(x) for x in inputs)
+        with self._autocast(inputs[0].device.type):
+            out = model(*inputs)
         return out.float()
 
     def _autocast(self, device_type: str):
         if self.precision == "bf16":
             return torch.autocast(device_type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
+
+
+def _channels_last(x: torch.Tensor) -> torch.Tensor:
+    """A batch of clips (N, C, T, H, W) in channels_last_3d, of images (N, C, H, W) in channels_last."""
+    return x.contiguous(memory_format=torch.channels_last_3d if x.dim() == 5 else torch.channels_last)

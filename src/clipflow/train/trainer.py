@@ -27,13 +27,14 @@ from clipflow.data.dataset import SlowFastClips
 from clipflow.data.loader import make_loader
 from clipflow.data.sampling import ClipSpec
 from clipflow.data.splits import EpochSampler
-from clipflow.data.transforms import TransformSpec, normalize_clips
+from clipflow.data.transforms import TransformSpec
 from clipflow.errors import ClipflowError
 from clipflow.files import write_text_atomic
-from clipflow.models import build_model
+from clipflow.models import build_model, is_image_model
 from clipflow.train.checkpoint import CheckpointStore, atomic_save
 from clipflow.train.comm import DDPComm, PSComm
 from clipflow.train.faults import FaultInjector
+from clipflow.train.progress import TensorBoardScalars, epoch_bar
 from clipflow.train.schedule import Schedule, scaled_lr
 from clipflow.train.step import StepOptions
 from clipflow.train.validate import ValShard
@@ -47,6 +48,7 @@ class WorkerPaths:
     model_out: Path
     metrics_out: Path
     val_list: Path | None = None  # validation during training (train.eval_every) when given
+    tensorboard: Path | None = None  # rank 0's TensorBoard event files go here when given
 
 
 def clip_spec(recipe: dict) -> ClipSpec:
@@ -113,7 +115,6 @@ class Trainer:
         self.epochs, self.batch_size = t["epochs"], t["batch_size"]
         shard = paths.splits_dir / f"worker{self.rank}.lst"
         self.dataset = make_dataset(recipe, shard, paths.root, "train", seed)
-        self.spec = self.dataset.transform  # the mean and std the uint8 clips are normalised with
         self.iters_per_epoch = len(self.dataset) // self.batch_size
         if self.iters_per_epoch == 0:
             raise ClipflowError(
@@ -135,6 +136,7 @@ class Trainer:
         )
         torch.manual_seed(seed)
         self.model = build_model(recipe["model"])
+        self.images = is_image_model(recipe["model"]["name"])  # called model(images), not model(slow, fast)
         self.step_options = StepOptions.of(t)
         self.sync: Any = None  # PSSync or DDPSync, made once rank 0's state is known (_resume_state)
         self.forward: Any = None  # what a step calls: the model, maybe wrapped by the sync, maybe compiled
@@ -197,7 +199,7 @@ class Trainer:
             no_decay_mults(self.model) if t["no_wd"] else None,
             t["clip_grad"],
         )
-        self.forward = self.step_options.prepare(self.sync.module)  # the same parameters, maybe compiled
+        self.forward = self.step_options.prepare(self.sync.module, self.images)  # the same parameters, maybe compiled
         if self.rank == 0:
             self.log(f"back end {self.comm.backend}: gradients summed over {self.num_workers} workers")
         if self.rank == 0 and t["no_wd"]:
@@ -227,7 +229,7 @@ class Trainer:
     def _validate(self) -> dict:
         """The val list scored by every worker's share, summed (collective): val loss, top-1, top-5."""
         self.model.eval()
-        local = self.val.totals(lambda slow, fast: self.step_options.logits(self.forward, slow, fast),
+        local = self.val.totals(lambda *inputs: self.step_options.logits(self.forward, *inputs),
                                 self.recipe["model"]["num_classes"]).float()  # fmt: skip
         self.model.train()
         self.comm.all_sum("val", local)
@@ -286,6 +288,7 @@ class Trainer:
         save_every = t["save_every_iters"]
         # one loader for the run: its workers (if any) persist, and each index carries the dataset's epoch
         loader = make_loader(self.dataset, self.batch_size, self.sampler, t["loader_workers"], t["loader_prefetch"])
+        board = TensorBoardScalars(self.paths.tensorboard, step) if self.paths.tensorboard and self.rank == 0 else None
         for epoch in range(start_epoch + 1, self.epochs + 1):
             self.model.train()
             self.dataset.set_epoch(epoch)
@@ -297,29 +300,32 @@ class Trainer:
             loss_sum, correct, count = totals["loss_sum"], totals["correct"], totals["count"]
             data_time, step_time = 0.0, 0.0
             began = tick = time.perf_counter()
-            for it, (slow, fast, labels) in enumerate(loader, start=first):
+            bar = epoch_bar(epoch, self.epochs, self.iters_per_epoch, first, enabled=self.rank == 0)
+            for it, (*inputs, labels) in enumerate(loader, start=first):
                 self.faults.check(epoch, it)
                 loaded = time.perf_counter()
                 lr = self.schedule(step)
                 self.sync.set_learning_rate(lr)
-                logits = self.step_options.logits(
-                    self.forward, normalize_clips(slow, self.spec), normalize_clips(fast, self.spec)
-                )
+                logits = self.step_options.logits(self.forward, *(self.dataset.normalize(x) for x in inputs))
                 loss = F.cross_entropy(logits, labels)
                 loss.backward()  # full buckets are pushed from the hooks while backward goes on
                 self.sync.synchronize()
                 self.sync.step()
                 self.model.zero_grad(set_to_none=True)
                 step += 1
-                loss_sum += loss.item() * len(labels)
+                batch_loss = loss.item()
+                loss_sum += batch_loss * len(labels)
                 correct += int((logits.argmax(1) == labels).sum())
                 count += len(labels)
                 now = time.perf_counter()
                 data_time, step_time, tick = data_time + loaded - tick, step_time + now - loaded, now
-                if self.rank == 0 and (it + 1) % 10 == 0:
-                    self.log(f"epoch {epoch} [{it + 1}/{self.iters_per_epoch}] loss {loss_sum / count:.4f} lr {lr:.5f}")
+                bar.set_postfix_str(f"loss {loss_sum / count:.4f} lr {lr:.5f}", refresh=False)
+                bar.update()
+                if board:
+                    board.step(step, batch_loss, lr)
                 if save_every and (it + 1) % save_every == 0 and it + 1 < self.iters_per_epoch:
                     self._checkpoint_inside(epoch, step, it + 1, (loss_sum, correct, count))
+            bar.close()
             count_here = count - (totals["count"] if first and self.rank == 0 else 0)
             elapsed = time.perf_counter() - began
             loss_avg, acc = self._global_metrics(loss_sum, correct, count)
@@ -347,6 +353,8 @@ class Trainer:
                     if val["val_top1"] > self.best_top1:
                         self._save_best(epoch, val)
                 self._append_history(record, epoch - 1)
+                if board:
+                    board.epoch(record)
                 if epoch % self.recipe["train"]["save_frequency"] == 0 or epoch == self.epochs:
                     self._checkpoint(epoch, step)
         if self.rank == 0:
@@ -356,4 +364,6 @@ class Trainer:
             self.paths.metrics_out.parent.mkdir(parents=True, exist_ok=True)
             self.paths.metrics_out.write_text(self.history_path.read_text())
             self.log(f"final model {self.paths.model_out}")
+        if board:
+            board.close()
         self.comm.barrier()

@@ -17,7 +17,6 @@ import torch
 import torch.nn.functional as F
 
 from clipflow.data.loader import make_loader
-from clipflow.data.transforms import normalize_clips
 
 
 class ValShard:
@@ -26,14 +25,14 @@ class ValShard:
         share = list(range(rank, len(dataset), num_workers))
         self.loader = make_loader(dataset, batch_size, share, workers=0, drop_last=False)
 
-    def totals(self, logits_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], classes: int) -> torch.Tensor:
-        """(loss sum, top-1 hits, top-5 hits, videos) over this worker's share; top-5 is top-k for fewer classes."""
+    def totals(self, logits_of: Callable[..., torch.Tensor], classes: int) -> torch.Tensor:
+        """(loss sum, top-1 hits, top-5 hits, items) over this worker's share; top-5 is top-k for fewer classes.
+        ``logits_of`` takes the normalised inputs of a batch (slow and fast clips, or images)."""
         k = min(5, classes)
         out = torch.zeros(4, dtype=torch.float64)
-        spec = self.dataset.transform
         with torch.no_grad():
-            for slow, fast, labels in self.loader:
-                logits = logits_of(normalize_clips(slow, spec), normalize_clips(fast, spec))
+            for *inputs, labels in self.loader:
+                logits = logits_of(*(self.dataset.normalize(x) for x in inputs))
                 best = logits.topk(k, dim=1).indices
                 out += torch.tensor([
                     float(F.cross_entropy(logits, labels, reduction="sum")),
