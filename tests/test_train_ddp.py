@@ -15,6 +15,7 @@ from clipflow.cluster.hostsfile import Host
 from clipflow.cluster.plan import make_plan
 from clipflow.errors import ClipflowError
 from clipflow.train.comm import DDPConfig
+from clipflow.train.device import worker_device
 from clipflow.train.roles import role_commands
 
 
@@ -138,3 +139,28 @@ def test_ddp_roles_are_the_workers_with_torchrun_variables(tmp_path):
         ("0", "3", "0", "2"), ("1", "3", "1", "2"), ("2", "3", "0", "1"),
     ]  # fmt: skip
     assert all(e["EXTRA"] == "1" and not any(k.startswith("DMLC_") for k in e) for e in env)
+    ps = [c for c in role_commands(plan, ["python", "train.py"], backend="ps") if c.role.role == "worker"]
+    assert [(c.env["DMLC_RANK"], c.env["LOCAL_RANK"]) for c in ps] == [("0", "0"), ("1", "1"), ("2", "0")]
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"CLIPFLOW_DEVICE": "tpu"}, "CLIPFLOW_DEVICE must be one of auto, cpu, cuda; got 'tpu'"),
+        ({"LOCAL_RANK": "first"}, "LOCAL_RANK must be this worker's index on its host, an integer >= 0; got 'first'"),
+        ({"CLIPFLOW_DEVICE": "cuda"}, "CLIPFLOW_DEVICE is cuda but torch sees no GPU on this host; use auto or cpu"),
+    ],
+)
+def test_a_bad_device_setting_is_named(env, message):
+    if env.get("CLIPFLOW_DEVICE") == "cuda" and torch.cuda.is_available():
+        pytest.skip("this host has a GPU")
+    with pytest.raises(ClipflowError) as err:
+        worker_device(env)
+    assert message in str(err.value)
+
+
+def test_without_a_gpu_every_worker_trains_on_the_cpu():
+    if torch.cuda.is_available():
+        pytest.skip("this host has a GPU")
+    assert worker_device({"LOCAL_RANK": "3"}) == torch.device("cpu")
+    assert worker_device({"CLIPFLOW_DEVICE": "cpu", "LOCAL_RANK": "0"}) == torch.device("cpu")

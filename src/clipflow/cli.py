@@ -437,12 +437,15 @@ def cmd_train_launch(a: argparse.Namespace) -> int:
 def cmd_train_worker(a: argparse.Namespace) -> int:
     import torch
 
+    from clipflow.ps.env import int_var
     from clipflow.recipe import load_recipe
-    from clipflow.train.trainer import Trainer, WorkerPaths
+    from clipflow.train.device import worker_device
+    from clipflow.train.trainer import WorkerPaths
 
-    threads = os.environ.get("CLIPFLOW_TORCH_THREADS")  # else this host's cores shared by its workers
-    workers_here = max(1, int(os.environ.get("CLIPFLOW_WORKERS_ON_HOST", "1")))
-    torch.set_num_threads(int(threads) if threads else max(1, (os.cpu_count() or 1) // workers_here))
+    workers_here = int_var(os.environ, "CLIPFLOW_WORKERS_ON_HOST", "an integer >= 1", low=1, default=1)
+    threads = int_var(os.environ, "CLIPFLOW_TORCH_THREADS", "an integer >= 1 (torch threads of this worker)", low=1,
+                      default=max(1, (os.cpu_count() or 1) // workers_here))  # fmt: skip
+    torch.set_num_threads(threads)
     recipe = load_recipe(a.recipe, _json(a.overrides))
     paths = WorkerPaths(
         Path(a.splits_dir),
@@ -455,13 +458,15 @@ def cmd_train_worker(a: argparse.Namespace) -> int:
     )
     ps = _ps_settings(a)
     ps.check_for(a.backend)
+    device = worker_device()
     if a.backend == "ddp":
-        return _train_ddp(recipe, paths, a.seed)
+        return _train_ddp(recipe, paths, a.seed, device)
     from clipflow.ps import KVStore
     from clipflow.train.comm import PSComm
+    from clipflow.train.trainer import Trainer
 
     with KVStore.create(ps.mode) as kv:  # an exception tells the scheduler, which stops the other nodes
-        Trainer(PSComm(kv, ps), recipe, paths, a.seed).run()
+        Trainer(PSComm(kv, ps), recipe, paths, a.seed, device).run()
     return 0
 
 
@@ -471,7 +476,7 @@ def _ps_settings(a: argparse.Namespace):
     return PSSettings(a.kvstore, a.update_on_kvstore, a.compression, a.compression_threshold)
 
 
-def _train_ddp(recipe: dict, paths, seed: int) -> int:
+def _train_ddp(recipe: dict, paths, seed: int, device) -> int:
     """A ddp worker. When another process dies, gloo reports the lost connection here: that is an echo
     of the failure (exit ABORTED), so the launcher names the process that died, not this one."""
     from clipflow.ps.exitcodes import ABORTED
@@ -480,8 +485,8 @@ def _train_ddp(recipe: dict, paths, seed: int) -> int:
 
     config = DDPConfig.from_env()
     try:
-        with DDPComm(config) as comm:
-            Trainer(comm, recipe, paths, seed).run()
+        with DDPComm(config, device) as comm:
+            Trainer(comm, recipe, paths, seed, device).run()
     except RuntimeError as exc:
         if not lost_peer(exc):
             raise

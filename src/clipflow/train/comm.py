@@ -12,13 +12,16 @@ Both give the same four operations, each called by every worker at the same poin
 
 ``name`` says what the tensors are (``meta``, ``buffers``, ``momentum``, ``metrics``, ``val``): the
 parameter server keeps each kind under its own key range; torch.distributed ignores it.
+Tensors may be on any device: each back end works on copies where it needs them (the
+parameter server on the CPU; gloo on the CPU, NCCL on the worker's GPU).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,15 +83,17 @@ class PSComm:
         """One init (a barrier: rank 0's values win), then one pull."""
         if tensors:
             keys = list(range(self.KEYS[name], self.KEYS[name] + len(tensors)))
-            self.kv.init(keys, tensors)
-            self.kv.pull(keys, tensors)
+            with staged(tensors, torch.device("cpu")) as local:
+                self.kv.init(keys, local)
+                self.kv.pull(keys, local)
 
     def all_sum(self, name: str, tensor: torch.Tensor) -> None:
         key = self.KEYS[name]
-        if key not in self._summed:
-            self.kv.init(key, torch.zeros_like(tensor))
-            self._summed.add(key)
-        self.kv.pushpull([key], [tensor], [tensor])
+        with staged([tensor], torch.device("cpu")) as (local,):
+            if key not in self._summed:
+                self.kv.init(key, torch.zeros_like(local))
+                self._summed.add(key)
+            self.kv.pushpull([key], [local], [local])
 
     def barrier(self) -> None:
         self.kv.barrier()
@@ -119,7 +124,6 @@ class DDPConfig:
     world_size: int
     master_addr: str
     master_port: int
-    local_rank: int
     timeout_s: float
 
     @classmethod
@@ -132,26 +136,28 @@ class DDPConfig:
             world_size=world,
             master_addr=required_var(env, "MASTER_ADDR", "the address of the rank 0 process"),
             master_port=int_var(env, "MASTER_PORT", "the rank 0 process's port, 1..65535", low=1, high=65535),
-            local_rank=int_var(env, "LOCAL_RANK", "this process's index on its host, an integer >= 0", low=0,
-                               default=0),
             timeout_s=float_var(env, "CLIPFLOW_DDP_TIMEOUT", "seconds, a number > 0", DEFAULT_DDP_TIMEOUT_S),
         )  # fmt: skip
 
 
 class DDPComm:
-    """The trainer's collectives on torch.distributed (gloo), set up from :class:`DDPConfig`."""
+    """The trainer's collectives on torch.distributed, set up from :class:`DDPConfig`: NCCL when the worker
+    trains on a GPU, gloo on the CPU."""
 
     backend = "ddp"
     optimizer_on_servers = False
 
-    def __init__(self, config: DDPConfig):
+    def __init__(self, config: DDPConfig, device: torch.device | None = None):
         import torch.distributed as dist
 
         self.config = config
         self.rank, self.num_workers = config.rank, config.world_size
+        self.device = device or torch.device("cpu")  # where the collectives' tensors must be
         self._dist = dist
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
         dist.init_process_group(
-            "gloo",
+            "nccl" if self.device.type == "cuda" else "gloo",
             init_method=f"tcp://{_host_port(config.master_addr, config.master_port)}",
             rank=config.rank,
             world_size=config.world_size,
@@ -169,11 +175,13 @@ class DDPComm:
         return {"backend": "ddp"}
 
     def broadcast(self, name: str, tensors: list[torch.Tensor]) -> None:
-        for t in tensors:
-            self._dist.broadcast(t, src=0)
+        with staged(tensors, self.device) as local:
+            for t in local:
+                self._dist.broadcast(t, src=0)
 
     def all_sum(self, name: str, tensor: torch.Tensor) -> None:
-        self._dist.all_reduce(tensor)
+        with staged([tensor], self.device) as (local,):
+            self._dist.all_reduce(local)
 
     def barrier(self) -> None:
         self._dist.barrier()
@@ -182,7 +190,19 @@ class DDPComm:
         from clipflow.train.ddp_sync import DDPSync
 
         return DDPSync(model, optimizer={**optimizer, "rescale_grad": 1.0 / self.num_workers}, wd_mult=wd_mult,
-                       clip_norm=clip_norm)  # fmt: skip
+                       clip_norm=clip_norm, device=self.device)  # fmt: skip
+
+
+@contextlib.contextmanager
+def staged(tensors: list[torch.Tensor], device: torch.device) -> Iterator[list[torch.Tensor]]:
+    """``tensors`` as a back end needs them: contiguous, on ``device``; copies (written back afterwards) for
+    those that are not."""
+    local = [t if t.device == device and t.is_contiguous() else t.detach().to(device).contiguous() for t in tensors]
+    yield local
+    with torch.no_grad():
+        for t, copy in zip(tensors, local, strict=True):
+            if copy is not t:
+                t.copy_(copy)
 
 
 def _host_port(host: str, port: int) -> str:

@@ -59,6 +59,7 @@ class DDPSync:
         wd_mult: WdMult = None,
         clip_norm: float = 0.0,
         bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+        device: torch.device | None = None,
     ) -> None:
         if not dist.is_initialized():
             raise ClipflowError("DDPSync needs torch.distributed initialised (clipflow's ddp back end does it)")
@@ -78,7 +79,9 @@ class DDPSync:
                 b.buffer = torch.zeros(b.numel, dtype=torch.float32, device=b.params[0].device)
             self.module: torch.nn.Module = model
         else:
-            ddp = DistributedDataParallel(model, forward_sync_buffers=False, bucket_cap_mb=bucket_bytes / 2**20)
+            on_gpu = device is not None and device.type == "cuda"
+            ddp = DistributedDataParallel(model, device_ids=[device] if on_gpu else None, forward_sync_buffers=False,
+                                          bucket_cap_mb=bucket_bytes / 2**20)  # fmt: skip
             ddp.register_comm_hook(None, _sum_hook)
             self.module = ddp
 

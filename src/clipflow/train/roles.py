@@ -3,8 +3,9 @@
 On the parameter server (back end ``ps``) roles find each other through the
 variables MXNet users know (DMLC_*); with ``ddp`` only the workers run, with the
 variables torchrun sets (MASTER_ADDR and MASTER_PORT: worker 0's address and the
-plan's root port; RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE). The environment is
-built here from an explicit list, never inherited piecemeal.
+plan's root port; RANK, WORLD_SIZE, LOCAL_WORLD_SIZE). Every worker gets LOCAL_RANK,
+its index on its host, which picks its GPU (clipflow.train.device). The environment
+is built here from an explicit list, never inherited piecemeal.
 
 * ``local``: the role's process runs here with that environment.
 * ``ssh``: the OpenSSH client runs ``python -m clipflow.cluster.remote_exec`` on the
@@ -47,14 +48,13 @@ def ps_environment(plan: Plan, role: Role) -> dict[str, str]:
     }
 
 
-def ddp_environment(plan: Plan, role: Role, local_rank: int, local_size: int) -> dict[str, str]:
+def ddp_environment(plan: Plan, role: Role, local_size: int) -> dict[str, str]:
     master = next(r for r in plan.roles if r.role == "worker" and r.rank == 0)
     return {
         "MASTER_ADDR": master.address,
         "MASTER_PORT": str(plan.root_port),
         "RANK": str(role.rank),
         "WORLD_SIZE": str(plan.num_workers),
-        "LOCAL_RANK": str(local_rank),
         "LOCAL_WORLD_SIZE": str(local_size),
     }
 
@@ -78,12 +78,10 @@ def role_commands(
     for r in plan.roles:
         if r.role != "worker" and backend == "ddp":
             continue
-        if backend == "ddp":
-            env = ddp_environment(plan, r, local_rank[r.rank], per_host[r.host])
-        else:
-            env = ps_environment(plan, r)
+        env = ddp_environment(plan, r, per_host[r.host]) if backend == "ddp" else ps_environment(plan, r)
         env.update(extra_env or {})
         if r.role == "worker":
+            env["LOCAL_RANK"] = str(local_rank[r.rank])  # its GPU, when the host has GPUs
             env["CLIPFLOW_WORKERS_ON_HOST"] = str(per_host[r.host])  # the worker divides its host's cores
             argv = list(worker_argv)
         else:

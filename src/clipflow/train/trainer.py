@@ -108,8 +108,17 @@ def no_decay_mults(model: torch.nn.Module) -> dict[str, float]:
 
 
 class Trainer:
-    def __init__(self, comm: PSComm | DDPComm, recipe: dict, paths: WorkerPaths, seed: int, log=print):
+    def __init__(
+        self,
+        comm: PSComm | DDPComm,
+        recipe: dict,
+        paths: WorkerPaths,
+        seed: int,
+        device: torch.device | None = None,
+        log=print,
+    ):
         self.comm, self.recipe, self.paths, self.seed, self.log = comm, recipe, paths, seed, log
+        self.device = device or torch.device("cpu")
         self.rank, self.num_workers = comm.rank, comm.num_workers
         t = recipe["train"]
         self.epochs, self.batch_size = t["epochs"], t["batch_size"]
@@ -135,7 +144,7 @@ class Trainer:
             tuple(t["lr_decay_epoch"]),
         )
         torch.manual_seed(seed)
-        self.model = build_model(recipe["model"])
+        self.model = build_model(recipe["model"]).to(self.device)
         self.images = is_image_model(recipe["model"]["name"])  # called model(images), not model(slow, fast)
         self.step_options = StepOptions.of(t)
         self.sync: Any = None  # PSSync or DDPSync, made once rank 0's state is known (_resume_state)
@@ -147,7 +156,7 @@ class Trainer:
         self.eval_every = t["eval_every"] if paths.val_list is not None else 0
         self.val = (
             ValShard(make_dataset(recipe, paths.val_list, paths.root, "val", seed), self.rank, self.num_workers,
-                     t["eval_batch_size"])
+                     t["eval_batch_size"], self.device)
             if self.eval_every else None
         )  # fmt: skip
         self.best_path = self.store.folder / "best.pt"
@@ -177,6 +186,8 @@ class Trainer:
                 self.model.load_state_dict(state["model"])
                 optimizer_states = state["optimizer"]
                 torch.set_rng_state(state["rng"]["torch"])
+                if self.device.type == "cuda" and "cuda" in state["rng"]:
+                    torch.cuda.set_rng_state(state["rng"]["cuda"], self.device)
                 np.random.set_state(state["rng"]["numpy"])
                 random.setstate(state["rng"]["python"])
                 iteration = state.get("iteration", 0)
@@ -254,7 +265,12 @@ class Trainer:
             "step": step,
             "iteration": iteration,
             "schedule": vars(self.schedule),
-            "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
+            "rng": {
+                "torch": torch.get_rng_state(),
+                "numpy": np.random.get_state(),
+                "python": random.getstate(),
+                **({"cuda": torch.cuda.get_rng_state(self.device)} if self.device.type == "cuda" else {}),
+            },
             "recipe": self.recipe,
         }
         if iteration:
@@ -287,7 +303,8 @@ class Trainer:
         t = self.recipe["train"]
         save_every = t["save_every_iters"]
         # one loader for the run: its workers (if any) persist, and each index carries the dataset's epoch
-        loader = make_loader(self.dataset, self.batch_size, self.sampler, t["loader_workers"], t["loader_prefetch"])
+        loader = make_loader(self.dataset, self.batch_size, self.sampler, t["loader_workers"], t["loader_prefetch"],
+                             device=self.device)  # fmt: skip
         board = TensorBoardScalars(self.paths.tensorboard, step) if self.paths.tensorboard and self.rank == 0 else None
         for epoch in range(start_epoch + 1, self.epochs + 1):
             self.model.train()
@@ -303,6 +320,8 @@ class Trainer:
             bar = epoch_bar(epoch, self.epochs, self.iters_per_epoch, first, enabled=self.rank == 0)
             for it, (*inputs, labels) in enumerate(loader, start=first):
                 self.faults.check(epoch, it)
+                inputs = [x.to(self.device, non_blocking=True) for x in inputs]
+                labels = labels.to(self.device, non_blocking=True)
                 loaded = time.perf_counter()
                 lr = self.schedule(step)
                 self.sync.set_learning_rate(lr)

@@ -20,10 +20,11 @@ from clipflow.data.loader import make_loader
 
 
 class ValShard:
-    def __init__(self, dataset, rank: int, num_workers: int, batch_size: int):
+    def __init__(self, dataset, rank: int, num_workers: int, batch_size: int, device: torch.device | None = None):
         self.dataset = dataset
+        self.device = device or torch.device("cpu")
         share = list(range(rank, len(dataset), num_workers))
-        self.loader = make_loader(dataset, batch_size, share, workers=0, drop_last=False)
+        self.loader = make_loader(dataset, batch_size, share, workers=0, drop_last=False, device=self.device)
 
     def totals(self, logits_of: Callable[..., torch.Tensor], classes: int) -> torch.Tensor:
         """(loss sum, top-1 hits, top-5 hits, items) over this worker's share; top-5 is top-k for fewer classes.
@@ -32,7 +33,7 @@ class ValShard:
         out = torch.zeros(4, dtype=torch.float64)
         with torch.no_grad():
             for *inputs, labels in self.loader:
-                logits = logits_of(*(self.dataset.normalize(x) for x in inputs))
+                logits = logits_of(*(self.dataset.normalize(x.to(self.device)) for x in inputs)).cpu()
                 best = logits.topk(k, dim=1).indices
                 out += torch.tensor([
                     float(F.cross_entropy(logits, labels, reduction="sum")),
