@@ -25,6 +25,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Any
 
 import numpy as np
 import torch
@@ -283,35 +284,23 @@ class KVStore:
     # -- optimizer on the servers (update_on_kvstore) and gradient compression ------------------
 
     def set_optimizer(
-        self,
-        name: str = "sgd",
-        learning_rate: float = 0.01,
-        momentum: float = 0.0,
-        wd: float = 0.0,
-        nesterov: bool = False,
-        rescale_grad: float = 1.0,
-        keys: range | Sequence[int] | None = None,
+        self, name: str = "sgd", *, keys: range | Sequence[int] | None = None, **hyperparameters: Any
     ) -> None:
-        """update_on_kvstore: servers run :class:`clipflow.ps.optimizer.SGD` on pushes to ``keys``.
+        """update_on_kvstore: servers run the optimizer ``name`` (:mod:`clipflow.ps.optimizer`: sgd with
+        learning_rate, momentum, wd, nesterov, rescale_grad; adam with learning_rate, beta1, beta2, epsilon,
+        wd, rescale_grad) on pushes to ``keys``.
 
         ``keys`` is every key by default (MXNet), or a range / list of keys; pushes to other keys
         keep summing. For those keys the stored value is the weight: ``push(key, grad)`` then
         ``pull(key, weight)`` (or ``pushpull``) gives the weight after the update, which uses the
         merged gradient times ``rescale_grad``. Every worker calls it, before pushing those keys;
         rank 0 sends it to every server, then all meet at a barrier. Calling it again changes the
-        hyperparameters and keys and keeps the momentum buffers. The learning rate can then change
+        hyperparameters and keys and keeps the optimizer's states. The learning rate can then change
         every step with :meth:`set_learning_rate`.
         """
         self._check_open()
         try:
-            config = create_optimizer(
-                name,
-                learning_rate=learning_rate,
-                momentum=momentum,
-                wd=wd,
-                nesterov=nesterov,
-                rescale_grad=rescale_grad,
-            ).config()
+            config = create_optimizer(name, **hyperparameters).config()
             key_set = KeySet.of(keys)
         except (TypeError, ValueError) as exc:
             raise ClipflowError(f"set_optimizer: {exc}") from None

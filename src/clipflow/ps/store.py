@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from clipflow.ps.compression import decompress
-from clipflow.ps.optimizer import SGD, KeySet
+from clipflow.ps.optimizer import KeySet, Optimizer
 from clipflow.ps.wire import Message, Op, WireError
 
 
@@ -35,11 +35,11 @@ class Updater:
 class OptimizerUpdater(Updater):
     """update_on_kvstore: the stored value is a weight, a finished round's merged gradient updates it.
 
-    Runs :class:`clipflow.ps.optimizer.SGD`, the code workers run when they update locally. Only
+    Runs the optimizer (:mod:`clipflow.ps.optimizer`), the code workers run when they update locally. Only
     keys in ``keys`` are updated; the others keep the default behaviour (the value becomes the sum).
     """
 
-    def __init__(self, optimizer: SGD, keys: KeySet) -> None:
+    def __init__(self, optimizer: Optimizer, keys: KeySet) -> None:
         self.optimizer = optimizer
         self.keys = keys
 
@@ -210,14 +210,17 @@ class KeyValueStore:
         seq = msg.get("seq")
         if msg.op == Op.SET_OPTIMIZER:
             try:
-                optimizer = SGD.from_config(msg["optimizer"])
+                optimizer = Optimizer.from_config(msg["optimizer"])
                 keys = KeySet.from_wire(msg.get("keys"))
             except (TypeError, ValueError) as exc:
                 raise WireError(f"bad optimizer: {exc}") from None
             if self.optimizer is None:
                 self.optimizer = OptimizerUpdater(optimizer, keys)
-            else:  # a new configuration keeps the momentum buffers and multipliers
-                self.optimizer.optimizer.reconfigure(optimizer)
+            else:  # a new configuration keeps the optimizer's states and multipliers
+                try:
+                    self.optimizer.optimizer.reconfigure(optimizer)
+                except ValueError as exc:
+                    raise WireError(str(exc)) from None
                 self.optimizer.keys = keys
             return Message(Op.OK, {"seq": seq})
         if self.optimizer is None:

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from clipflow.errors import ClipflowError
-from clipflow.ps.optimizer import SGD
+from clipflow.ps.optimizer import Optimizer
 
 KEY_BASE = 1_000_000  # above the trainer's own keys on the parameter server
 DEFAULT_BUCKET_BYTES = 2 << 20  # 2 MiB
@@ -111,7 +111,7 @@ def make_buckets(
     return buckets
 
 
-def sgd_step(optimizer: SGD, buckets: list[Bucket]) -> None:
+def optimizer_step(optimizer: Optimizer, buckets: list[Bucket]) -> None:
     """One update of every bucket's parameters from their ``p.grad`` (float32, on the CPU)."""
     for b in buckets:
         weight = np.empty(b.numel, dtype=np.float32)

@@ -23,7 +23,7 @@ sum (GluonCV's ``--clip-grad``, as PSSync does it). That needs all local gradien
 the model is not wrapped: :meth:`synchronize` clips, then sums each bucket with one
 all-reduce.
 
-The weights are updated by :func:`clipflow.train.buckets.sgd_step` on PSSync's buckets
+The weights are updated by :func:`clipflow.train.buckets.optimizer_step` on PSSync's buckets
 (same keys, same weight decay multipliers), so optimizer states move between the back ends.
 """
 
@@ -38,7 +38,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from clipflow.errors import ClipflowError
 from clipflow.ps.optimizer import create as create_optimizer
-from clipflow.train.buckets import DEFAULT_BUCKET_BYTES, KEY_BASE, WdMult, make_buckets, sgd_step, trainable
+from clipflow.train.buckets import DEFAULT_BUCKET_BYTES, KEY_BASE, WdMult, make_buckets, optimizer_step, trainable
 
 
 def _sum_hook(_state, bucket):  # no annotations: DDP checks them as classes, and here they would be strings
@@ -111,7 +111,7 @@ class DDPSync:
             b.scatter_grads()
 
     def step(self) -> None:
-        sgd_step(self.local, self.buckets)
+        optimizer_step(self.local, self.buckets)
 
     def optimizer_states(self) -> dict[int, torch.Tensor]:
         """Momentum buffers per bucket key (the format PSSync saves)."""

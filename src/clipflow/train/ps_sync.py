@@ -51,9 +51,17 @@ import torch
 
 from clipflow.errors import ClipflowError
 from clipflow.ps.kvstore import KVStore
-from clipflow.ps.optimizer import SGD
+from clipflow.ps.optimizer import Optimizer
 from clipflow.ps.optimizer import create as create_optimizer
-from clipflow.train.buckets import DEFAULT_BUCKET_BYTES, KEY_BASE, Bucket, WdMult, make_buckets, sgd_step, trainable
+from clipflow.train.buckets import (
+    DEFAULT_BUCKET_BYTES,
+    KEY_BASE,
+    Bucket,
+    WdMult,
+    make_buckets,
+    optimizer_step,
+    trainable,
+)
 
 
 class PSSync:
@@ -94,7 +102,7 @@ class PSSync:
         self._write_weights()
 
         mults = {b.key: b.wd_mult for b in self.buckets if b.wd_mult != 1.0}
-        self.local: SGD | None = None
+        self.local: Optimizer | None = None
         if update_on_kvstore:
             assert optimizer is not None
             kv.set_optimizer(**dict(optimizer), keys=range(self.keys[0], self.keys[-1] + 1))
@@ -149,7 +157,7 @@ class PSSync:
             return
         if self.local is None:
             raise ClipflowError("step: this PSSync has no optimizer; update the weights from p.grad yourself")
-        sgd_step(self.local, self.buckets)
+        optimizer_step(self.local, self.buckets)
 
     def optimizer_states(self) -> dict[int, torch.Tensor]:
         """Momentum buffers per bucket key: from the servers or from the local optimizer."""
