@@ -1,5 +1,5 @@
-"""The shipped recipes: each loads through the schema, its model takes its data's clips, and the
-Kinetics ones carry the published settings' scaling and their references."""
+"""The shipped recipes: each loads through the schema, its model takes its data's clips (or images), the
+Kinetics ones carry the published settings' scaling and their references, the CIFAR-10 ones their scripts'."""
 
 from pathlib import Path
 
@@ -14,6 +14,7 @@ from clipflow.train.schedule import scaled_lr
 RECIPES = sorted(p.stem for p in Path(RECIPES_DIR).glob("*.yaml"))
 KINETICS = [name for name in RECIPES if name.endswith("_kinetics400")]
 SLOWFAST_KINETICS = [name for name in KINETICS if name.startswith("slowfast_")]
+CIFAR = ["resnet18_cifar10", "vgg11_cifar10", "resnext_cifar10"]
 
 
 def test_the_three_published_slowfast_recipes_are_shipped():
@@ -24,7 +25,7 @@ def test_the_three_published_slowfast_recipes_are_shipped():
     } <= set(KINETICS)
 
 
-@pytest.mark.parametrize("name", RECIPES)
+@pytest.mark.parametrize("name", [n for n in RECIPES if n not in CIFAR])
 def test_each_recipe_model_takes_the_clips_its_data_section_makes(name):
     recipe = load_recipe(name)
     d, classes = recipe["data"], recipe["model"]["num_classes"]
@@ -76,3 +77,63 @@ def test_the_r2plus1d_recipe_carries_torchvisions_published_accuracy_and_input()
     assert d["new_length"] // d["fast_temporal_stride"] == 16  # clip_len 16
     t = recipe["train"]
     assert scaled_lr(t["base_lr"], t["base_batch"], 64 * t["batch_size"]) == pytest.approx(0.64)
+
+
+@pytest.mark.parametrize("name", CIFAR)
+def test_each_cifar_recipe_model_takes_the_images_its_data_section_makes(name):
+    recipe = load_recipe(name)
+    size = recipe["data"]["input_size"]
+    assert recipe["data"]["kind"] == "image"
+    with torch.device("meta"), torch.no_grad():
+        out = build_model(recipe["model"]).eval()(torch.empty(2, 3, size, size))
+    assert tuple(out.shape) == (2, 10)
+
+
+@pytest.mark.parametrize(
+    "name, script",
+    [("resnet18_cifar10", "cifar10_dist"), ("vgg11_cifar10", "gluon_image_classification"),
+     ("resnext_cifar10", "train_cifar10")],
+)  # fmt: skip
+def test_cifar_recipes_do_to_the_images_what_their_scripts_do(name, script):
+    """The recipe's data settings against an independent transcription of the script (tests/test_data_cifar.py)."""
+    from test_data_cifar import RECIPE_SPECS
+
+    from clipflow.train.trainer import image_spec
+
+    ours, theirs = image_spec(load_recipe(name)), RECIPE_SPECS[script]
+    assert (ours.crop_size, ours.padding, ours.pad_value, ours.random_flip) == (
+        theirs.crop_size, theirs.padding, theirs.pad_value, theirs.random_flip,
+    )  # fmt: skip
+    assert ours.mean == pytest.approx(theirs.mean, abs=1e-12) and ours.std == pytest.approx(theirs.std, abs=1e-12)
+
+
+def test_cifar_recipes_carry_their_scripts_optimizers_and_schedules():
+    r18, vgg, rnx = (load_recipe(n)["train"] for n in CIFAR)
+    assert (r18["optimizer"], r18["base_lr"], r18["base_batch"], r18["epochs"], r18["wd"]) == ("adam", 0.001, 512, 5, 0)
+    assert scaled_lr(r18["base_lr"], r18["base_batch"], 2 * 4 * 64) == pytest.approx(0.001)  # 2 hosts x 4 GPUs x 64
+    assert (vgg["optimizer"], vgg["base_lr"] / vgg["base_batch"], vgg["momentum"], vgg["epochs"]) == (
+        "sgd", 0.1 / 32, 0.9, 1)  # fmt: skip
+    assert (rnx["base_lr"], rnx["epochs"], rnx["lr_decay_epoch"], rnx["lr_decay"]) == (0.05, 300, [200, 250], 0.1)
+    assert load_recipe("resnet18_cifar10")["reference"]["top1"] == 68.79
+
+
+@pytest.mark.parametrize(
+    "name, overrides, message",
+    [
+        ("slowfast_tiny_synthetic", {"model": {"name": "vgg11"}},
+         "model vgg11 classifies images but data.kind is video; set data.kind: image"),
+        ("slowfast_tiny_synthetic", {"data": {"kind": "image"}},
+         "model slowfast classifies video clips but data.kind is image; set data.kind: video"),
+        ("resnet18_cifar10", {"train": {"nesterov": True}},
+         "train.nesterov is an SGD setting; the recipe's optimizer is adam"),
+        ("vgg11_cifar10", {"train": {"optimizer": "rmsprop"}},
+         "train.optimizer: 'rmsprop' is not one of ['sgd', 'adam']"),
+        ("vgg11_cifar10", {"data": {"input_size": None}}, "data.input_size: None is not of type 'integer'"),
+        ("vgg11_cifar10", {"data": {"padding": -1}}, "data.padding: -1 is less than the minimum of 0"),
+        ("vgg11_cifar10", {"train": {"beta2": 1}}, "train.beta2: 1 is greater than or equal to the maximum of 1"),
+    ],
+)  # fmt: skip
+def test_bad_image_and_optimizer_settings_are_named(name, overrides, message):
+    with pytest.raises(ClipflowError) as err:
+        load_recipe(name, overrides)
+    assert message in str(err.value)

@@ -21,7 +21,8 @@ TINY = {
 }
 
 
-def launch(tmp_path, tiny_videos, splits_dir, *extra: str, overrides=None, env_extra=None, security="auto"):
+def launch(tmp_path, tiny_videos, splits_dir, *extra: str, overrides=None, env_extra=None, security="auto",
+           recipe="slowfast_tiny_synthetic"):  # fmt: skip
     plan = tmp_path / "plan.json"
     env = {**python_env(), "CLIPFLOW_HEARTBEAT_TIMEOUT": "10", **(env_extra or {})}
     made = subprocess.run(
@@ -32,7 +33,7 @@ def launch(tmp_path, tiny_videos, splits_dir, *extra: str, overrides=None, env_e
     assert made.returncode == 0, made.stderr
     return subprocess.run(
         [sys.executable, "-m", "clipflow", "train", "launch", "--plan", str(plan), "--log-dir", str(tmp_path / "logs"),
-         "--recipe", "slowfast_tiny_synthetic", "--overrides", json.dumps(overrides or TINY),
+         "--recipe", recipe, "--overrides", json.dumps(overrides or TINY),
          "--splits-dir", str(splits_dir),
          "--root", str(tiny_videos), "--checkpoint-root", str(tmp_path / "ckpt"),
          "--model-out", str(tmp_path / "model.pt"), "--metrics-out", str(tmp_path / "metrics.jsonl"), "--grace", "5",

@@ -178,6 +178,24 @@ def cmd_data_synth(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_data_cifar_synth(a: argparse.Namespace) -> int:
+    from clipflow.data.cifar import make_synthetic_cifar
+
+    files = make_synthetic_cifar(a.out_dir, a.num_train, a.num_val, a.seed)
+    print(f"synthetic CIFAR-10 set in {a.out_dir}: {a.num_train} train, {a.num_val} val images, {len(files)} files")
+    return 0
+
+
+def cmd_data_cifar_index(a: argparse.Namespace) -> int:
+    from clipflow.data.cifar import index_cifar
+    from clipflow.files import write_text_atomic
+
+    summary = index_cifar(a.root, a.out_dir)
+    write_text_atomic(Path(a.out_dir) / "manifest.json", json.dumps(summary, indent=2) + "\n")
+    print(f"CIFAR-10 index in {a.out_dir}: {summary['train']['images']} train, {summary['val']['images']} val images")
+    return 0
+
+
 def cmd_data_scan(a: argparse.Namespace) -> int:
     from clipflow.data.kinetics import read_classes
     from clipflow.data.listfile import read_list
@@ -623,6 +641,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--short-side", type=int, default=128)
     p.add_argument("--workers", type=int, default=2)
     p.set_defaults(func=cmd_data_synth)
+    p = data.add_parser("cifar-synth", help="generate a small learnable set in CIFAR-10's python format")
+    p.add_argument("--out-dir", required=True)
+    p.add_argument("--num-train", type=int, default=500)
+    p.add_argument("--num-val", type=int, default=100)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_data_cifar_synth)
+    p = data.add_parser("cifar-index", help="list files and a manifest of a cifar-10-batches-py folder")
+    p.add_argument("--root", required=True, help="the extracted cifar-10-batches-py folder")
+    p.add_argument("--out-dir", required=True, help="train.lst, val.lst, classes.txt and manifest.json go here")
+    p.set_defaults(func=cmd_data_cifar_index)
     p = data.add_parser("scan", help="decode every video once; write list files and a manifest")
     p.add_argument("--train-list", required=True)
     p.add_argument("--val-list", required=True)

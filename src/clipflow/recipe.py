@@ -77,8 +77,24 @@ def load_recipe(name_or_path: str, overrides: dict | None = None, recipes_dir: s
         data = deep_merge(data, overrides)
     what = f"recipe {path.name}" + (" with overrides" if overrides else "")
     recipe = validate(data, "recipe.schema.yaml", what)
+    check_data_kind(recipe, what)
     check_pathways(recipe, what)
     return recipe
+
+
+def check_data_kind(recipe: dict, what: str) -> None:
+    """An image model takes images (data.kind image), a video model clips; an adam recipe takes no SGD flags."""
+    from clipflow.models.builder import is_image_model
+
+    name, kind = recipe["model"]["name"], recipe["data"]["kind"]
+    images = is_image_model(name)
+    if images != (kind == "image"):
+        raise ClipflowError(
+            f"{what}: model {name} classifies {'images' if images else 'video clips'} but data.kind is {kind}; "
+            f"set data.kind: {'image' if images else 'video'}"
+        )
+    if recipe["train"]["optimizer"] == "adam" and recipe["train"]["nesterov"]:
+        raise ClipflowError(f"{what}: train.nesterov is an SGD setting; the recipe's optimizer is adam")
 
 
 def check_pathways(recipe: dict, what: str) -> None:

@@ -71,8 +71,21 @@ def transform_spec(recipe: dict) -> TransformSpec:
     return TransformSpec(**{f.name: d[f.name] for f in fields(TransformSpec) if f.name in d})
 
 
-def make_dataset(recipe: dict, list_path: Path, root: Path, mode: str, seed: int) -> SlowFastClips:
+def image_spec(recipe: dict):
+    """The recipe's crop, padding, flip and normalisation of images (data.kind image)."""
+    from clipflow.data.cifar import ImageSpec
+
     d = recipe["data"]
+    return ImageSpec(d["input_size"], d["padding"], d["pad_value"], d["random_flip"], tuple(d["mean"]), tuple(d["std"]))
+
+
+def make_dataset(recipe: dict, list_path: Path, root: Path, mode: str, seed: int):
+    """The recipe's dataset of ``list_path``: SlowFastClips of videos, or CifarImages for data.kind image."""
+    d = recipe["data"]
+    if d["kind"] == "image":
+        from clipflow.data.cifar import CifarImages
+
+        return CifarImages(list_path, root, mode, seed, image_spec(recipe))
     return SlowFastClips(
         list_path,
         root,
@@ -105,6 +118,15 @@ def no_decay_mults(model: torch.nn.Module) -> dict[str, float]:
             if name == "bias" or isinstance(module, torch.nn.modules.batchnorm._NormBase):
                 zero.add(f"{module_name}.{name}" if module_name else name)
     return {name: 0.0 if name in zero else 1.0 for name, _ in model.named_parameters()}
+
+
+def optimizer_settings(train: dict, lr: float) -> dict:
+    """The recipe's optimizer (clipflow.ps.optimizer) at learning rate ``lr``; the back end adds rescale_grad."""
+    if train["optimizer"] == "adam":
+        names = ("beta1", "beta2", "epsilon", "wd")
+    else:
+        names = ("momentum", "nesterov", "wd")
+    return {"name": train["optimizer"], "learning_rate": lr, **{n: train[n] for n in names}}
 
 
 class Trainer:
@@ -206,7 +228,7 @@ class Trainer:
         t = self.recipe["train"]
         self.sync = self.comm.gradient_sync(  # takes rank 0's weights
             self.model,
-            {"learning_rate": self.lr, "momentum": t["momentum"], "wd": t["wd"], "nesterov": t["nesterov"]},
+            optimizer_settings(t, self.lr),
             no_decay_mults(self.model) if t["no_wd"] else None,
             t["clip_grad"],
         )
