@@ -37,10 +37,28 @@ if SOURCE == "kinetics":
             " not set; give the annotation CSVs "
             "(label,youtube_id,time_start,time_end,split) and the folder holding the videos"
         )
-# the folder the source's list paths are relative to: the synthetic set's, the user's, or the Kinetics videos
-SOURCE_ROOT = {"synthetic": DATA_DIR, "list": DATA["root"], "kinetics": KINETICS["root"]}[SOURCE]
+IMAGE_SOURCES = ("cifar10", "synthetic_cifar10")
+if (SOURCE in IMAGE_SOURCES) != (RECIPE["data"]["kind"] == "image"):
+    raise WorkflowError(
+        f"clipflow: recipe {RECIPE['name']} trains on {RECIPE['data']['kind']}s but data.source is {SOURCE!r}; "
+        + ("use data.source cifar10 or synthetic_cifar10" if SOURCE not in IMAGE_SOURCES else "use a video source")
+    )
+if SOURCE == "cifar10" and not DATA["cifar10_dir"]:
+    raise WorkflowError("clipflow: data.source is 'cifar10' but data.cifar10_dir is not set; give the extracted "
+                        "cifar-10-batches-py folder")
+# the folder the source's list paths are relative to: the synthetic set's, the user's, the Kinetics videos,
+# or the CIFAR-10 batches
+SOURCE_ROOT = {
+    "synthetic": DATA_DIR,
+    "list": DATA["root"],
+    "kinetics": KINETICS["root"],
+    "cifar10": DATA["cifar10_dir"],
+    "synthetic_cifar10": f"{DATA_DIR}/cifar-10-batches-py",
+}[SOURCE]
 REENCODE = DATA["reencode"]
 REENCODED = f"{DATA_DIR}/reencoded"
+if REENCODE["enabled"] and SOURCE in IMAGE_SOURCES:
+    raise WorkflowError(f"clipflow: data.reencode is for videos; data.source {SOURCE!r} has images")
 if REENCODE["enabled"]:
     from clipflow.data.reencode import ReencodeSpec  # imported only when used: it loads PyAV
 

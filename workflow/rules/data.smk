@@ -1,6 +1,7 @@
 # Stage 2, data: generate the synthetic set (embedded default), take the user's lists, or make
 # lists from Kinetics annotation CSVs; optionally re-encode every video (data.reencode); then
-# decode every video once with decord: list files with frame counts and a manifest.
+# decode every video once with decord: list files with frame counts and a manifest. Image recipes
+# (CIFAR-10) index the python batches instead, the user's or generated ones.
 
 if SOURCE == "synthetic":
 
@@ -74,24 +75,62 @@ if REENCODE["enabled"]:
             " --workers {threads} > {log:q} 2>&1"
 
 
-rule data_scan:
-    input:
-        unpack(raw_lists),
-    output:
-        train=f"{INDEX}/train.lst",
-        val=f"{INDEX}/val.lst",
-        manifest=f"{INDEX}/manifest.json",
-    params:
-        root=data_root,
-        out=folder_of("train"),
-        num_classes=RECIPE["model"]["num_classes"],
-        classes=lambda wc, input: input.get("classes", ""),
-    threads: 2
-    log:
-        SCAN_LOG,
-    conda:
-        "../../environment.yml"
-    shell:
-        "python -m clipflow data scan --train-list {input.train:q} --val-list {input.val:q}"
-        " --root {params.root:q} --num-classes {params.num_classes}"
-        " --classes={params.classes:q} --out-dir {params.out:q} --workers {threads} > {log:q} 2>&1"
+if SOURCE == "synthetic_cifar10":
+
+    rule data_synthetic_cifar10:
+        output:
+            directory(SOURCE_ROOT),
+        params:
+            s=DATA["synthetic"],
+        log:
+            "logs/data/synthetic_cifar10.log",
+        conda:
+            "../../environment.yml"
+        shell:
+            "python -m clipflow data cifar-synth --out-dir {output:q} --num-train {params.s[num_train]}"
+            " --num-val {params.s[num_val]} --seed {params.s[seed]} > {log:q} 2>&1"
+
+
+if SOURCE in IMAGE_SOURCES:
+
+    # the CIFAR-10 batches read in full once: a damaged file stops here, named; `file#row` lists
+    rule data_cifar10_index:
+        input:
+            SOURCE_ROOT,
+        output:
+            train=f"{INDEX}/train.lst",
+            val=f"{INDEX}/val.lst",
+            manifest=f"{INDEX}/manifest.json",
+        params:
+            out=folder_of("train"),
+        log:
+            SCAN_LOG,
+        conda:
+            "../../environment.yml"
+        shell:
+            "python -m clipflow data cifar-index --root {input:q} --out-dir {params.out:q} > {log:q} 2>&1"
+
+
+else:
+
+    rule data_scan:
+        input:
+            unpack(raw_lists),
+        output:
+            train=f"{INDEX}/train.lst",
+            val=f"{INDEX}/val.lst",
+            manifest=f"{INDEX}/manifest.json",
+        params:
+            root=data_root,
+            out=folder_of("train"),
+            num_classes=RECIPE["model"]["num_classes"],
+            classes=lambda wc, input: input.get("classes", ""),
+        threads: 2
+        log:
+            SCAN_LOG,
+        conda:
+            "../../environment.yml"
+        shell:
+            "python -m clipflow data scan --train-list {input.train:q} --val-list {input.val:q}"
+            " --root {params.root:q} --num-classes {params.num_classes}"
+            " --classes={params.classes:q} --out-dir {params.out:q} --workers {threads} > {log:q} 2>&1"

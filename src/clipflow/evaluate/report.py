@@ -63,9 +63,8 @@ def write_report(
         ("reference top-1", ref.get("top1")),
         ("reference source", ref.get("source")),
     ]
-    data_rows = [
-        (f"{split} videos (failed)", f"{s['videos']} ({s['failed']})") for split, s in manifest["splits"].items()
-    ]
+    unit = "images" if manifest.get("kind") == "image" else "videos"
+    data_rows = [(f"{split} {unit} (failed)", f"{s[unit]} ({s['failed']})") for split, s in manifest["splits"].items()]
     data_rows += [(f"failure: {f['path']}", f["error"]) for f in manifest["failures"]]
     plan_rows = [(f"{r['role']} {r['rank']}", r["host"]) for r in plan["roles"]]
     last = history[-1] if history else {}
