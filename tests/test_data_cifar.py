@@ -573,11 +573,13 @@ def test_a_worker_error_names_the_list_line(cifar, tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("field", "value"),
-    [("crop_size", 33), ("crop_size", 0), ("padding", -1), ("pad_value", 256), ("random_flip", 1), ("std", (1, 0, 1))],
-)
-def test_image_spec_refuses_bad_settings(field, value):
-    with pytest.raises(ClipflowError, match=f"data.{field}"):
+    ("field", "value", "key"),
+    [("crop_size", 33, "input_size"), ("crop_size", 0, "input_size"), ("padding", -1, "padding"),
+     ("pad_value", 256, "pad_value"), ("random_flip", 1, "random_flip"), ("std", (1, 0, 1), "std")],
+)  # fmt: skip
+def test_image_spec_refuses_bad_settings(field, value, key):
+    """Messages name the recipe's data key (the crop is the recipe's input_size)."""
+    with pytest.raises(ClipflowError, match=f"data.{key} must"):
         ImageSpec(**{field: value})
 
 

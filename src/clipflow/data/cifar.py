@@ -81,9 +81,10 @@ import torch
 from torch.utils.data import Dataset
 
 from clipflow.data.listfile import VideoEntry, read_list, write_list
+from clipflow.data.transforms import check_mean_std
 from clipflow.errors import ClipflowError
 from clipflow.files import write_text_atomic
-from clipflow.values import is_int, is_number
+from clipflow.values import is_int
 
 SIDE = 32  # CIFAR images are 32x32
 PIXELS = 3 * SIDE * SIDE  # 3,072 values a row
@@ -448,19 +449,14 @@ class ImageSpec:
             if isinstance(value, list | tuple):
                 object.__setattr__(self, name, tuple(value))
         if not is_int(self.crop_size) or not 1 <= self.crop_size <= SIDE:
-            raise ClipflowError(f"data.crop_size must be an integer in 1..{SIDE}, got {self.crop_size!r}")
+            raise ClipflowError(f"data.input_size must be an integer in 1..{SIDE} for images, got {self.crop_size!r}")
         if not is_int(self.padding) or self.padding < 0:
             raise ClipflowError(f"data.padding must be an integer >= 0, got {self.padding!r}")
         if not is_int(self.pad_value) or not 0 <= self.pad_value <= 255:
             raise ClipflowError(f"data.pad_value must be an integer in 0..255, got {self.pad_value!r}")
         if not isinstance(self.random_flip, bool):
             raise ClipflowError(f"data.random_flip must be true or false, got {self.random_flip!r}")
-        for name in ("mean", "std"):
-            value = getattr(self, name)
-            if not isinstance(value, tuple) or len(value) != 3 or not all(is_number(v) for v in value):
-                raise ClipflowError(f"data.{name} must be 3 numbers (R, G, B), got {value!r}")
-        if not all(s > 0 for s in self.std):
-            raise ClipflowError(f"data.std must be positive, got {self.std!r}")
+        check_mean_std(self.mean, self.std)
 
 
 @dataclass(frozen=True)

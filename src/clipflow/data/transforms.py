@@ -56,6 +56,15 @@ Box = tuple[int, int, int, int]  # top, left, height, width
 TEST_CROPS = (1, 3)
 
 
+def check_mean_std(mean: tuple, std: tuple) -> None:
+    """A recipe's normalisation: 3 numbers each (R, G, B), the std positive."""
+    for name, value in (("mean", mean), ("std", std)):
+        if not isinstance(value, tuple) or len(value) != 3 or not all(is_number(v) for v in value):
+            raise ClipflowError(f"data.{name} must be 3 numbers (R, G, B), got {value!r}")
+    if not all(s > 0 for s in std):
+        raise ClipflowError(f"data.std must be positive, got {std!r}")
+
+
 @dataclass(frozen=True)
 class TransformSpec:
     """The recipe's spatial settings (its ``data`` keys of the same names), test views included."""
@@ -91,12 +100,7 @@ class TransformSpec:
         for name in ("random_flip", "fix_crop", "more_fix_crop"):
             if not isinstance(getattr(self, name), bool):
                 raise ClipflowError(f"data.{name} must be true or false, got {getattr(self, name)!r}")
-        for name in ("mean", "std"):
-            value = getattr(self, name)
-            if not isinstance(value, tuple) or len(value) != 3 or not all(is_number(v) for v in value):
-                raise ClipflowError(f"data.{name} must be 3 numbers (R, G, B), got {value!r}")
-        if not all(s > 0 for s in self.std):
-            raise ClipflowError(f"data.std must be positive, got {self.std!r}")
+        check_mean_std(self.mean, self.std)
         if not is_int(self.test_clips) or self.test_clips < 1:
             raise ClipflowError(f"data.test_clips must be an integer >= 1, got {self.test_clips!r}")
         if not is_int(self.test_crops) or self.test_crops not in TEST_CROPS:

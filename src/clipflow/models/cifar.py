@@ -52,6 +52,21 @@ class BasicBlock(nn.Module):
         return self.relu(out + skip)
 
 
+def basic_stages(
+    dim_in: int, widths: tuple[int, ...] | list[int], depths: tuple[int, ...], eps: float, always_project: bool
+) -> tuple[nn.Sequential, int]:
+    """Stages of basic blocks, the first of each at stride 2 (1 in the first stage), its shortcut projected
+    always or only where the channels change; returns them and their output channels."""
+    stages = []
+    for i, (depth, width) in enumerate(zip(depths, widths, strict=True)):
+        project = always_project or dim_in != width
+        blocks = [BasicBlock(dim_in, width, 1 if i == 0 else 2, project=project, eps=eps)]
+        blocks += [BasicBlock(width, width, 1, project=False, eps=eps) for _ in range(depth - 1)]
+        stages.append(nn.Sequential(*blocks))
+        dim_in = width
+    return nn.Sequential(*stages), dim_in
+
+
 class GluonResNetV1(nn.Module):
     """Gluon's ResNetV1 with basic blocks (ResNet-18/34), the ImageNet stem (no thumbnail)."""
 
@@ -64,16 +79,9 @@ class GluonResNetV1(nn.Module):
             nn.ReLU(inplace=True),
             nn.MaxPool2d(3, stride=2, padding=1),
         )
-        stages, dim_in = [], 64
-        for i, (depth, width) in enumerate(zip(depths, widths, strict=True)):
-            stride = 1 if i == 0 else 2
-            # Gluon projects the shortcut of a stage's first block only where the channels change.
-            blocks = [BasicBlock(dim_in, width, stride, project=dim_in != width, eps=1e-5)]
-            blocks += [BasicBlock(width, width, 1, project=False, eps=1e-5) for _ in range(depth - 1)]
-            stages.append(nn.Sequential(*blocks))
-            dim_in = width
-        self.stages = nn.Sequential(*stages)
-        self.fc = nn.Linear(dim_in, num_classes)
+        # Gluon projects the shortcut of a stage's first block only where the channels change.
+        self.stages, dim_out = basic_stages(64, widths, depths, eps=1e-5, always_project=False)
+        self.fc = nn.Linear(dim_out, num_classes)
         # cifar10_dist.py initializes every weight with mx.init.Xavier() (uniform, magnitude 3): Glorot uniform.
         for m in self.modules():
             if isinstance(m, nn.Conv2d | nn.Linear):
@@ -138,16 +146,9 @@ class MXNetCifarResNet(nn.Module):
         self.data_bn = nn.BatchNorm2d(3, eps=eps)
         self.data_bn.weight.requires_grad_(False)
         self.conv0 = _conv3x3(3, 16)
-        stages, dim_in = [], 16
-        for i, width in enumerate((16, 32, 64)):
-            stride = 1 if i == 0 else 2
-            # The symbol's first unit of every stage has dim_match=False: a projection even at 16 -> 16.
-            blocks = [BasicBlock(dim_in, width, stride, project=True, eps=eps)]
-            blocks += [BasicBlock(width, width, 1, project=False, eps=eps) for _ in range(units_per_stage - 1)]
-            stages.append(nn.Sequential(*blocks))
-            dim_in = width
-        self.stages = nn.Sequential(*stages)
-        self.fc = nn.Linear(dim_in, num_classes)
+        # The symbol's first unit of every stage has dim_match=False: a projection even at 16 -> 16.
+        self.stages, dim_out = basic_stages(16, (16, 32, 64), (units_per_stage,) * 3, eps=eps, always_project=True)
+        self.fc = nn.Linear(dim_out, num_classes)
         # fit.py in MXNet's example/image-classification: Xavier gaussian on fan in, magnitude 2.
         for m in self.modules():
             if isinstance(m, nn.Conv2d | nn.Linear):
