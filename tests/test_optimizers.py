@@ -105,7 +105,7 @@ def test_servers_run_adam_on_the_merged_gradient():
         ({"name": "adam", "momentum": 0.9}, "adam does not take momentum"),
         ({"name": "adam", "beta1": 1.0}, "beta1 must be in [0, 1), got 1.0"),
         ({"name": "adam", "beta2": "high"}, "beta2 must be a number, got 'high'"),
-        ({"name": "adam", "epsilon": 0}, "epsilon must be a finite number >= 0, got 0.0"),
+        ({"name": "adam", "epsilon": 0}, "epsilon must be a finite number > 0, got 0.0"),
         ({"name": "sgd", "beta1": 0.9}, "sgd does not take beta1"),
     ],
 )

@@ -98,9 +98,9 @@ def test_cifar_recipes_do_to_the_images_what_their_scripts_do(name, script):
     """The recipe's data settings against an independent transcription of the script (tests/test_data_cifar.py)."""
     from test_data_cifar import RECIPE_SPECS
 
-    from clipflow.train.trainer import image_spec
+    from clipflow.data.cifar import ImageSpec
 
-    ours, theirs = image_spec(load_recipe(name)), RECIPE_SPECS[script]
+    ours, theirs = ImageSpec.of(load_recipe(name)["data"]), RECIPE_SPECS[script]
     assert (ours.crop_size, ours.padding, ours.pad_value, ours.random_flip) == (
         theirs.crop_size, theirs.padding, theirs.pad_value, theirs.random_flip,
     )  # fmt: skip
@@ -110,7 +110,6 @@ def test_cifar_recipes_do_to_the_images_what_their_scripts_do(name, script):
 def test_cifar_recipes_carry_their_scripts_optimizers_and_schedules():
     r18, vgg, rnx = (load_recipe(n)["train"] for n in CIFAR)
     assert (r18["optimizer"], r18["base_lr"], r18["base_batch"], r18["epochs"], r18["wd"]) == ("adam", 0.001, 512, 5, 0)
-    assert scaled_lr(r18["base_lr"], r18["base_batch"], 2 * 4 * 64) == pytest.approx(0.001)  # 2 hosts x 4 GPUs x 64
     assert (vgg["optimizer"], vgg["base_lr"] / vgg["base_batch"], vgg["momentum"], vgg["epochs"]) == (
         "sgd", 0.1 / 32, 0.9, 1)  # fmt: skip
     assert (rnx["base_lr"], rnx["epochs"], rnx["lr_decay_epoch"], rnx["lr_decay"]) == (0.05, 300, [200, 250], 0.1)
@@ -129,6 +128,8 @@ def test_cifar_recipes_carry_their_scripts_optimizers_and_schedules():
         ("vgg11_cifar10", {"train": {"optimizer": "rmsprop"}},
          "train.optimizer: 'rmsprop' is not one of ['sgd', 'adam']"),
         ("vgg11_cifar10", {"data": {"input_size": None}}, "data.input_size: None is not of type 'integer'"),
+        ("vgg11_cifar10", {"data": {"input_size": 40}},
+         "recipe vgg11_cifar10.yaml with overrides: data.input_size must be an integer in 1..32 for images, got 40"),
         ("vgg11_cifar10", {"data": {"padding": -1}}, "data.padding: -1 is less than the minimum of 0"),
         ("vgg11_cifar10", {"train": {"beta2": 1}}, "train.beta2: 1 is greater than or equal to the maximum of 1"),
     ],

@@ -14,7 +14,7 @@ from test_train_launch import TINY, launch, two_splits
 from clipflow.cluster.hostsfile import Host
 from clipflow.cluster.plan import make_plan
 from clipflow.errors import ClipflowError
-from clipflow.train.comm import DDPConfig
+from clipflow.train.comm import DDPConfig, lost_peer
 from clipflow.train.device import worker_device
 from clipflow.train.roles import role_commands
 
@@ -54,11 +54,14 @@ def test_ps_and_ddp_end_with_the_same_weights_from_the_same_start(tmp_path, tiny
 def test_a_ddp_run_killed_inside_an_epoch_falls_back_from_a_damaged_checkpoint_and_ends_with_the_same_weights(
     tmp_path, tiny_videos
 ):
-    """A checkpoint every iteration; worker 1 killed at epoch 2 iteration 3; the newest checkpoint (epoch 2,
-    iteration 3) is then cut short. The rerun says so, resumes at epoch 2 iteration 2, and ends with the weights of
-    an uninterrupted run."""
+    """Adam (its states broadcast from rank 0's checkpoint) and dropout 0.5 (drawn per worker and step); a
+    checkpoint every iteration; worker 1 killed at epoch 2 iteration 3; the newest checkpoint (epoch 2, iteration 3)
+    is then cut short. The rerun says so, resumes at epoch 2 iteration 2, and ends with the weights of an
+    uninterrupted run."""
     splits = two_splits(tmp_path, tiny_videos, 8)
-    recipe = {**TINY, "train": {**TINY["train"], "epochs": 2, "save_every_iters": 1, "keep_checkpoints": 10}}
+    recipe = {**TINY, "model": {"dropout": 0.5},
+              "train": {**TINY["train"], "epochs": 2, "save_every_iters": 1, "keep_checkpoints": 10,
+                        "optimizer": "adam", "wd": 0.0}}  # fmt: skip
     whole = launch(tmp_path / "whole", tiny_videos, splits, "--backend", "ddp", overrides=recipe)
     assert whole.returncode == 0, whole.stdout + whole.stderr
     broken = tmp_path / "broken"
@@ -114,18 +117,34 @@ def test_broken_ddp_variables_are_named(env, message):
     assert message in str(err.value)
 
 
-def test_a_ddp_worker_started_without_its_variables_says_which_is_missing(tmp_path):
+@pytest.mark.parametrize(
+    "env_extra, message",
+    [
+        ({}, "WORLD_SIZE is not set"),
+        ({"CLIPFLOW_TORCH_THREADS": "many"},
+         "CLIPFLOW_TORCH_THREADS must be an integer >= 1 (torch threads of this worker); got 'many'"),
+        ({"CLIPFLOW_WORKERS_ON_HOST": "0"}, "CLIPFLOW_WORKERS_ON_HOST must be an integer >= 1; got '0'"),
+    ],
+)  # fmt: skip
+def test_a_ddp_worker_with_a_missing_or_bad_variable_says_which(tmp_path, env_extra, message):
     env = {k: v for k, v in python_env().items() if k not in ("WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env.update(env_extra)
     done = subprocess.run(
         [sys.executable, "-m", "clipflow", "train", "worker", "--backend", "ddp", "--recipe", "slowfast_tiny_synthetic",
          "--splits-dir", str(tmp_path), "--root", str(tmp_path), "--checkpoint-root", str(tmp_path),
          "--model-out", str(tmp_path / "m.pt"), "--metrics-out", str(tmp_path / "m.jsonl")],
         env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
-    assert done.returncode == 2 and "WORLD_SIZE is not set" in done.stderr, done.stderr
+    assert done.returncode == 2 and message in done.stderr, done.stderr
 
 
-def test_ddp_roles_are_the_workers_with_torchrun_variables(tmp_path):
+def test_only_a_lost_connection_counts_as_another_process_leaving():
+    gloo = "[../gloo/transport/tcp/pair.cc:561] Connection closed by peer [127.0.0.1]:35030"
+    assert lost_peer(RuntimeError(gloo)) and lost_peer(RuntimeError("Connection reset by peer"))
+    assert not lost_peer(RuntimeError("CUDA out of memory")) and not lost_peer(ValueError("bad value"))
+
+
+def test_ddp_roles_are_the_workers_with_torchrun_variables():
     """No Slurm controller here (node names need not resolve): the commands and environments the launcher would run,
     3 workers over 2 nodes, the first taking 2 (workers 0 and 1)."""
     plan = make_plan("slurm", [Host("gpu01", slots=2), Host("gpu02")], 3, 2, 9100, 30, "none")

@@ -63,7 +63,7 @@ def test_resnet18_cifar10_learns_on_ps_and_ddp_to_the_same_weights_and_evaluates
     assert metrics["top1"] >= 0.5 and metrics["top1"] <= metrics["top5"] <= 1
 
 
-def test_an_image_recipe_on_a_video_list_names_the_line(tmp_path, cifar, tiny_videos):
+def test_an_image_recipe_on_a_video_list_names_the_line(tmp_path, tiny_videos):
     """Video list lines are not `file#row` image paths: the worker that reads one first says which line of which
     list."""
     splits = two_splits(tmp_path, tiny_videos)

@@ -125,17 +125,21 @@ def test_no_wd_and_gradient_clipping_reach_the_parameter_server(tmp_path, tiny_v
     assert 0 < count < total, spared
 
 
-def test_servers_run_the_optimizer_with_2bit_compression_and_resume_their_momentum(tmp_path, tiny_videos):
-    """update_on_kvstore with 2-bit pushes; worker 1 killed in epoch 2; the rerun loads the servers' momentum."""
-    splits = two_splits(tmp_path, tiny_videos)
-    two_epochs = {**TINY, "train": {**TINY["train"], "epochs": 2, "save_frequency": 1}}
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_servers_run_the_optimizer_with_2bit_compression_and_resume_its_states(tmp_path, tiny_videos, optimizer):
+    """update_on_kvstore with 2-bit pushes; worker 1 killed in epoch 2; the rerun loads the servers' optimizer
+    states (SGD: momentum; Adam: m, v and the step count) from the checkpoint."""
+    splits = two_splits(tmp_path, tiny_videos)  # 2 iterations an epoch
+    two_epochs = {**TINY, "train": {**TINY["train"], "epochs": 2, "save_frequency": 1, "optimizer": optimizer}}
     flags = ("--update-on-kvstore", "--compression", "2bit", "--compression-threshold", "0.01")
     failed = launch(tmp_path, tiny_videos, splits, *flags, overrides=two_epochs,
                     env_extra={"CLIPFLOW_FAULT_KILL": "1:2"})  # fmt: skip
     assert failed.returncode != 0 and "worker 1 on localhost failed (killed by signal SIGKILL)" in failed.stdout
     checkpoint = next((tmp_path / "ckpt").rglob("epoch_0001.pt"))
-    momentum = torch.load(checkpoint, weights_only=False)["optimizer"]
-    assert momentum and all(v.abs().sum() > 0 for v in momentum.values()), "the servers' momentum is checkpointed"
+    states = torch.load(checkpoint, weights_only=False)["optimizer"]
+    assert states and all(v.abs().sum() > 0 for v in states.values()), "the servers' states are checkpointed"
+    if optimizer == "adam":
+        assert all(v.ndim == 1 and v.numel() % 2 == 1 and v[-1] == 2 for v in states.values())  # m, v, t = 2 steps
     done = launch(tmp_path, tiny_videos, splits, *flags, overrides=two_epochs)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "resumed from checkpoint" in done.stdout and "epoch 2/2" in done.stdout
@@ -156,7 +160,8 @@ def test_a_run_killed_inside_an_epoch_resumes_there_and_ends_with_the_uninterrup
     at iteration 2); the rerun starts at epoch 2 iteration 2, with the sampler there, and the final weights equal
     an uninterrupted run's."""
     splits = two_splits(tmp_path, tiny_videos, 8)
-    recipe = {**TINY, "train": {**TINY["train"], "epochs": 2, "save_every_iters": 2, "keep_checkpoints": 10}}
+    recipe = {**TINY, "model": {"dropout": 0.5},  # drawn per worker and step: the same masks after the resume
+              "train": {**TINY["train"], "epochs": 2, "save_every_iters": 2, "keep_checkpoints": 10}}  # fmt: skip
     whole = tmp_path / "whole"
     done = launch(whole, tiny_videos, splits, overrides=recipe)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -78,12 +78,15 @@ def load_recipe(name_or_path: str, overrides: dict | None = None, recipes_dir: s
     what = f"recipe {path.name}" + (" with overrides" if overrides else "")
     recipe = validate(data, "recipe.schema.yaml", what)
     check_data_kind(recipe, what)
+    check_optimizer(recipe, what)
     check_pathways(recipe, what)
     return recipe
 
 
 def check_data_kind(recipe: dict, what: str) -> None:
-    """An image model takes images (data.kind image), a video model clips; an adam recipe takes no SGD flags."""
+    """An image model takes images (data.kind image, whose settings must make an image spec), a video model
+    clips."""
+    from clipflow.data.cifar import ImageSpec
     from clipflow.models.builder import is_image_model
 
     name, kind = recipe["model"]["name"], recipe["data"]["kind"]
@@ -93,6 +96,15 @@ def check_data_kind(recipe: dict, what: str) -> None:
             f"{what}: model {name} classifies {'images' if images else 'video clips'} but data.kind is {kind}; "
             f"set data.kind: {'image' if images else 'video'}"
         )
+    if images:
+        try:
+            ImageSpec.of(recipe["data"])
+        except ClipflowError as exc:
+            raise ClipflowError(f"{what}: {exc}") from None
+
+
+def check_optimizer(recipe: dict, what: str) -> None:
+    """Nesterov is SGD's: an adam recipe that asks for it is refused (the schema fills the other defaults)."""
     if recipe["train"]["optimizer"] == "adam" and recipe["train"]["nesterov"]:
         raise ClipflowError(f"{what}: train.nesterov is an SGD setting; the recipe's optimizer is adam")
 

@@ -72,6 +72,19 @@ if REENCODE["enabled"]:
         raise WorkflowError(f"clipflow: data.reencode: {exc}")
 # the folder the scanned lists' paths are relative to, which train and evaluate read the videos from
 DATA_ROOT = REENCODED if REENCODE["enabled"] else SOURCE_ROOT
+TRAIN = config["train"]
+if TRAIN["backend"] == "ddp":
+    _ps_only = [
+        f"train.{key}: {TRAIN[key]}"
+        for key, default in (("kvstore", "dist_sync"), ("update_on_kvstore", False))
+        if TRAIN[key] != default
+    ] + ([f"train.gradient_compression.type: {TRAIN['gradient_compression']['type']}"]
+         if TRAIN["gradient_compression"]["type"] != "none" else [])
+    if _ps_only:
+        raise WorkflowError(
+            f"clipflow: {', '.join(_ps_only)} is for the parameter server; train.backend ddp is synchronous "
+            "all-reduce: leave it at its default or use train.backend: ps"
+        )
 CLUSTER = config["cluster"]
 NUM_WORKERS = CLUSTER["num_workers"]
 OVERRIDES = json.dumps(config["overrides"], sort_keys=True)

@@ -443,6 +443,12 @@ class ImageSpec:
     mean: tuple[float, float, float] = (0.0, 0.0, 0.0)
     std: tuple[float, float, float] = (1.0, 1.0, 1.0)
 
+    @classmethod
+    def of(cls, data: dict) -> ImageSpec:
+        """From a recipe's data section (kind image; the crop is its ``input_size``)."""
+        return cls(data["input_size"], data["padding"], data["pad_value"], data["random_flip"], tuple(data["mean"]),
+                   tuple(data["std"]))  # fmt: skip
+
     def __post_init__(self) -> None:
         for name in ("mean", "std"):
             value = getattr(self, name)
@@ -582,18 +588,9 @@ class CifarImages(Dataset):
         self.epoch = epoch
 
     @property
-    def spec(self) -> ImageSpec:
-        return self.transform
-
-    @property
     def views(self) -> int:
         """Images per item: 1 in every mode."""
         return 1
-
-    @property
-    def labels(self) -> np.ndarray:
-        """The list's labels, item order."""
-        return self._labels
 
     def normalize(self, images: torch.Tensor) -> torch.Tensor:
         """A uint8 batch (N, 3, H, W) of this dataset's images as the model's float input (spec's mean, std)."""

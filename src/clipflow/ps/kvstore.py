@@ -344,15 +344,18 @@ class KVStore:
         self._set_mult("lr_mult", mults)
 
     def save_optimizer_states(self) -> dict[int, torch.Tensor]:
-        """Every server's optimizer state: key -> momentum buffer (the key's shape, split keys reassembled).
+        """Every server's optimizer state: key -> the states of its parts one after the other (a key split
+        over servers has one per part; an SGD momentum buffer comes back in the key's shape, any other state
+        flat).
 
-        Keys that were never updated (or any key, with momentum 0) have no state and are left out.
+        Keys that were never updated (or any key, with SGD at momentum 0) have no state and are left out.
         Any worker may call it; pushes in flight are answered first.
         """
         self._check_open()
         if self._optimizer is None:
             raise ClipflowError("save_optimizer_states needs set_optimizer first")
         self._settle(list(self._inflight))
+        optimizer = create_optimizer(**self._optimizer)
         seqs = [self._send(s, Op.GET_STATES, -1) for s in range(self.num_servers)]
         replies = self._collect(seqs)
         held: list[dict[tuple[int, int], np.ndarray]] = []  # per server: (key, part start) -> buffer
@@ -371,13 +374,18 @@ class KVStore:
             pieces = [(p, held[p.server].get((key, p.start))) for p in info.parts]
             if all(a is None for _, a in pieces):
                 continue
-            flat = np.zeros(info.numel, dtype=np.float32)  # a part never updated has a zero buffer
+            chunks = []
             for part, arr in pieces:
-                if arr is not None:
-                    if arr.size != part.size:
-                        raise ClipflowError(f"server {part.server} holds {arr.size} state elements of key {key}")
-                    flat[part.start : part.stop] = arr.reshape(-1)
-            states[key] = torch.from_numpy(flat).reshape(info.shape)
+                size = optimizer.state_size(part.size)
+                if arr is None:
+                    arr = np.zeros(size, dtype=np.float32)  # a part never updated has a zero state
+                elif arr.size != size:
+                    raise ClipflowError(
+                        f"server {part.server} holds {arr.size} state elements of key {key}, not {size}"
+                    )
+                chunks.append(arr.reshape(-1))
+            flat = torch.from_numpy(np.concatenate(chunks))
+            states[key] = flat.reshape(info.shape) if flat.numel() == info.numel else flat
         return states
 
     def load_optimizer_states(self, states: Mapping[int, torch.Tensor]) -> None:
@@ -385,15 +393,23 @@ class KVStore:
         self._check_open()
         if self._optimizer is None:
             raise ClipflowError("load_optimizer_states needs set_optimizer first")
-        flats = {int(k): _flat32(int(k), v, self._info(int(k)).shape) for k, v in states.items()}
+        optimizer = create_optimizer(**self._optimizer)
+        flats = {}
+        for k, v in states.items():
+            parts = self._info(int(k)).parts
+            sizes = [optimizer.state_size(p.size) for p in parts]
+            flat = _flat32(int(k), v.reshape(-1), (sum(sizes),))
+            flats[int(k)] = (parts, sizes, flat)
         self._settle(list(self._inflight))
         if self.rank == 0:
             per_server: dict[int, tuple[list[list[int]], list[np.ndarray]]] = {}
-            for key, flat in flats.items():
-                for part in self._keys[key].parts:
+            for key, (parts, sizes, flat) in flats.items():
+                offset = 0
+                for part, size in zip(parts, sizes, strict=True):
                     keys, arrays = per_server.setdefault(part.server, ([], []))
                     keys.append([key, part.start])
-                    arrays.append(flat[part.start : part.stop].numpy())
+                    arrays.append(flat[offset : offset + size].numpy())
+                    offset += size
             self._collect(
                 [self._send(s, Op.SET_STATES, -1, arrays, keys=keys) for s, (keys, arrays) in per_server.items()]
             )

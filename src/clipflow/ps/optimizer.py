@@ -24,8 +24,9 @@ learning rate, epsilon outside the square root's correction), step ``t`` counted
     v = beta2 * v + (1 - beta2) * g * g
     w = w - lr * lr_mult[key] * sqrt(1 - beta2 ** t) / (1 - beta1 ** t) * m / (sqrt(v) + epsilon)
 
-A key's state is one float32 vector (SGD: the momentum buffer; Adam: m, v and t), so
-checkpoints and the servers' GET_STATES / SET_STATES carry either unchanged. ``lr`` is
+A key's state is one float32 vector of :meth:`Optimizer.state_size` values (SGD: the
+momentum buffer; Adam: m, v and t), so checkpoints and the servers' GET_STATES /
+SET_STATES carry either without knowing which. ``lr`` is
 the optimizer's ``learning_rate`` unless a caller passes one per update (the KVStore
 carries each worker's current learning rate in its push headers).
 """
@@ -99,11 +100,18 @@ class Optimizer:
     def _step(self, state: Hashable, weight: np.ndarray, g: np.ndarray, lr: float) -> None:
         raise NotImplementedError
 
-    def _state(self, state: Hashable, size: int) -> np.ndarray:
-        """The state vector of ``state`` (zeros the first time, or when its size does not fit)."""
+    def state_size(self, numel: int) -> int:
+        """How many float32 values the state of a key (or piece) of ``numel`` weights holds (0: none)."""
+        raise NotImplementedError
+
+    def _state(self, state: Hashable, numel: int) -> np.ndarray:
+        """The state vector of ``state`` for ``numel`` weights (zeros the first time)."""
+        size = self.state_size(numel)
         buf = self.states.get(state)
-        if buf is None or buf.shape != (size,):
+        if buf is None:
             buf = self.states[state] = np.zeros(size, dtype=np.float32)
+        elif buf.shape != (size,):
+            raise ValueError(f"{self.name} state of {state} has {buf.size} values; {numel} weights need {size}")
         return buf
 
     # -- state ----------------------------------------------------------------------------------
@@ -140,6 +148,9 @@ class SGD(Optimizer):
             raise ValueError("nesterov needs a momentum > 0")
         self.nesterov = nesterov
 
+    def state_size(self, numel: int) -> int:
+        return numel if self.momentum != 0.0 else 0
+
     def _step(self, state: Hashable, weight: np.ndarray, g: np.ndarray, lr: float) -> None:
         if self.momentum != 0.0:
             f32 = np.float32
@@ -175,9 +186,12 @@ class Adam(Optimizer):
         self.beta1, self.beta2 = float(beta1), float(beta2)
         self.epsilon = _number("epsilon", epsilon, positive=True)
 
+    def state_size(self, numel: int) -> int:
+        return 2 * numel + 1
+
     def _step(self, state: Hashable, weight: np.ndarray, g: np.ndarray, lr: float) -> None:
         n = weight.size
-        buf = self._state(state, 2 * n + 1)
+        buf = self._state(state, n)
         m, v = buf[:n].reshape(weight.shape), buf[n : 2 * n].reshape(weight.shape)
         buf[2 * n] += 1
         t = float(buf[2 * n])
@@ -209,7 +223,7 @@ def _number(what: str, value: Any, positive: bool = False) -> float:
         raise ValueError(f"{what} must be a number, got {value!r}")
     value = float(value)
     if not math.isfinite(value) or value < 0 or (positive and value == 0):
-        raise ValueError(f"{what} must be a finite number >= 0, got {value!r}")
+        raise ValueError(f"{what} must be a finite number {'> 0' if positive else '>= 0'}, got {value!r}")
     return value
 
 

@@ -249,9 +249,12 @@ class KeyValueStore:
                 f"{msg.op} needs one array per [key, start] pair, got {keys!r} and {len(msg.arrays)} arrays"
             )
         for slot, arr in zip(slots, msg.arrays, strict=True):
-            stored = self._stored(slot, msg)
-            if arr.dtype != np.float32 or arr.size != stored.size:
-                raise WireError(f"{msg.op}: key {slot} holds {stored.size} elements here, got {arr.dtype} {arr.shape}")
+            size = opt.state_size(self._stored(slot, msg).size)
+            if arr.dtype != np.float32 or arr.size != size:
+                raise WireError(
+                    f"{msg.op}: the {opt.name} state of key {slot} holds {size} elements here, "
+                    f"got {arr.dtype} {arr.shape}"
+                )
         opt.set_states(dict(zip(slots, msg.arrays, strict=True)))
         return Message(Op.OK, {"seq": seq})
 

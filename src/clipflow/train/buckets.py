@@ -1,12 +1,12 @@
-"""Gradient buckets and the SGD update on them, shared by both back ends (PSSync and DDPSync).
+"""Gradient buckets and the optimizer's update on them, shared by both back ends (PSSync and DDPSync).
 
 A bucket is a group of parameters of about ``bucket_bytes`` (float32) flattened into one
 vector: one parameter-server key, one all-reduce. Buckets are made in reverse registration
 order, the order backward usually produces gradients, and parameters with different weight
 decay multipliers (``wd_mult``: 0 for biases and BatchNorm with ``--no-wd``) never share one,
 so a multiplier is per bucket. Both back ends update the weights with the same
-:class:`clipflow.ps.optimizer.SGD` keyed by the bucket's key, so their optimizer states are
-interchangeable and their updates are bit for bit the same code.
+optimizer of :mod:`clipflow.ps.optimizer` (SGD or Adam) keyed by the bucket's key, so their
+updates are bit for bit the same code.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Both give the same four operations, each called by every worker at the same poin
   updates the weights (PSSync or DDPSync; the optimizer settings are given without
   ``rescale_grad``, which both set to 1 / workers so the sum becomes a mean).
 
-``name`` says what the tensors are (``meta``, ``buffers``, ``momentum``, ``metrics``, ``val``): the
+``name`` says what the tensors are (``meta``, ``buffers``, ``optimizer``, ``metrics``, ``val``): the
 parameter server keeps each kind under its own key range; torch.distributed ignores it.
 Tensors may be on any device: each back end works on copies where it needs them (the
 parameter server on the CPU; gloo on the CPU, NCCL on the worker's GPU).
@@ -64,7 +64,7 @@ class PSComm:
     """The trainer's collectives on the parameter server's key-value store."""
 
     backend = "ps"
-    KEYS = {"buffers": 100_000, "momentum": 200_000, "meta": 300_000, "metrics": 300_001, "val": 300_002}
+    KEYS = {"buffers": 100_000, "optimizer": 200_000, "meta": 300_000, "metrics": 300_001, "val": 300_002}
 
     def __init__(self, kv: Any, settings: PSSettings):
         self.kv, self.settings = kv, settings

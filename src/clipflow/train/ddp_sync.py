@@ -2,13 +2,13 @@
 
 ::
 
-    sync = DDPSync(model, optimizer={"learning_rate": 0.1, "momentum": 0.9, "wd": 1e-4,
+    sync = DDPSync(model, optimizer={"name": "sgd", "learning_rate": 0.1, "momentum": 0.9, "wd": 1e-4,
                                      "rescale_grad": 1 / world_size})
     for x, y in batches:
         sync.set_learning_rate(schedule(step))
         loss_fn(sync.module(x), y).backward()   # DistributedDataParallel sums buckets during backward
         sync.synchronize()
-        sync.step()                             # the same SGD as the parameter server's workers
+        sync.step()                             # the optimizer code the parameter server's workers run
         model.zero_grad(set_to_none=True)
 
 The model is wrapped in torch's ``DistributedDataParallel`` (its constructor gives every
@@ -23,8 +23,9 @@ sum (GluonCV's ``--clip-grad``, as PSSync does it). That needs all local gradien
 the model is not wrapped: :meth:`synchronize` clips, then sums each bucket with one
 all-reduce.
 
-The weights are updated by :func:`clipflow.train.buckets.optimizer_step` on PSSync's buckets
-(same keys, same weight decay multipliers), so optimizer states move between the back ends.
+The weights are updated by :func:`clipflow.train.buckets.optimizer_step` on buckets made as
+PSSync makes them (same keys, same weight decay multipliers): both back ends run the same
+update on the same numbers and save their optimizer states in the same form.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def _sum_hook(_state, bucket):  # no annotations: DDP checks them as classes, an
 
 
 class DDPSync:
-    """Sums gradients over the torch.distributed group; :meth:`step` is the parameter server's SGD."""
+    """Sums gradients over the torch.distributed group; :meth:`step` runs the optimizer the parameter server's
+    workers run."""
 
     def __init__(
         self,
@@ -67,7 +69,6 @@ class DDPSync:
             raise ClipflowError(f"clip_norm must be >= 0 (0: no clipping), got {clip_norm}")
         self.clip_norm = float(clip_norm)
         self.buckets = make_buckets(trainable(model, "DDPSync"), wd_mult, bucket_bytes, KEY_BASE)
-        self.keys = [b.key for b in self.buckets]
         try:
             self.local = create_optimizer(**dict(optimizer))
         except (TypeError, ValueError) as exc:
@@ -114,7 +115,7 @@ class DDPSync:
         optimizer_step(self.local, self.buckets)
 
     def optimizer_states(self) -> dict[int, torch.Tensor]:
-        """Momentum buffers per bucket key (the format PSSync saves)."""
+        """The optimizer's state per bucket key (the form PSSync saves)."""
         return {k: torch.from_numpy(v) for k, v in self.local.get_states().items()}
 
     def load_optimizer_states(self, states: Mapping[int, torch.Tensor]) -> None:

@@ -42,10 +42,15 @@ class LineFile:
         self.stream.flush()
 
 
-def epoch_bar(epoch: int, epochs: int, total: int, initial: int, enabled: bool) -> tqdm:
-    """The bar of one epoch of ``total`` iterations, ``initial`` of them done before a resume."""
-    interval = float_var(os.environ, "CLIPFLOW_PROGRESS_S", "seconds between progress lines, a number > 0",
-                         DEFAULT_PROGRESS_S)  # fmt: skip
+def progress_interval() -> float:
+    """CLIPFLOW_PROGRESS_S: the most seconds between two progress lines."""
+    return float_var(os.environ, "CLIPFLOW_PROGRESS_S", "seconds between progress lines, a number > 0",
+                     DEFAULT_PROGRESS_S)  # fmt: skip
+
+
+def epoch_bar(epoch: int, epochs: int, total: int, initial: int, interval: float, enabled: bool) -> tqdm:
+    """The bar of one epoch of ``total`` iterations, ``initial`` of them done before a resume; a line at most
+    every ``interval`` seconds."""
     return tqdm(
         total=total,
         initial=initial,

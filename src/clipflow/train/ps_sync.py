@@ -8,7 +8,7 @@
         ps.set_learning_rate(schedule(step))
         loss_fn(model(x), y).backward()   # each full bucket is pushed while backward goes on
         ps.synchronize()                  # wait for the merged result
-        ps.step()                         # update_on_kvstore=False: the local SGD update
+        ps.step()                         # update_on_kvstore=False: the local optimizer's update
         model.zero_grad(set_to_none=True)
 
 Parameters are grouped into buckets of about ``bucket_bytes`` (float32) in reverse
@@ -23,7 +23,7 @@ and pulls every bucket:
 
 * ``update_on_kvstore=False``: the servers sum; the pulled sums are written into
   ``p.grad`` (the plain sum over workers: the optimizer's ``rescale_grad`` makes it
-  a mean), and :meth:`PSSync.step` runs :class:`clipflow.ps.optimizer.SGD` locally,
+  a mean), and :meth:`PSSync.step` runs the optimizer (:mod:`clipflow.ps.optimizer`) locally,
   the same code the servers would run. Without an ``optimizer`` the caller updates
   the weights itself from ``p.grad``.
 * ``update_on_kvstore=True``: the servers run the optimizer (``kv.set_optimizer``
@@ -152,7 +152,7 @@ class PSSync:
             b.scatter_grads()
 
     def step(self) -> None:
-        """update_on_kvstore=False: the local SGD update from ``p.grad``; otherwise nothing to do."""
+        """update_on_kvstore=False: the local optimizer's update from ``p.grad``; otherwise nothing to do."""
         if self.update_on_kvstore:
             return
         if self.local is None:
@@ -160,7 +160,7 @@ class PSSync:
         optimizer_step(self.local, self.buckets)
 
     def optimizer_states(self) -> dict[int, torch.Tensor]:
-        """Momentum buffers per bucket key: from the servers or from the local optimizer."""
+        """The optimizer's state per bucket key: from the servers or from the local optimizer."""
         if self.update_on_kvstore:
             states = self.kv.save_optimizer_states()
             return {k: v for k, v in states.items() if k in set(self.keys)}

@@ -39,13 +39,19 @@ class StepOptions:
         return cls(train["precision"], train["channels_last"], train["compile"])
 
     def prepare(self, model: nn.Module, images: bool = False) -> nn.Module:
-        """The model to call: in channels_last_3d (channels_last for an image model) and compiled if asked
-        (its parameters are the same tensors, so optimizers and the back ends' hooks keep working on them)."""
+        """The model to call: :meth:`layout`, then :meth:`compiled`."""
+        return self.compiled(self.layout(model, images))
+
+    def layout(self, model: nn.Module, images: bool = False) -> nn.Module:
+        """``model`` with its parameters in channels_last_3d (channels_last for an image model) if asked, in place:
+        before a back end wraps it, so the gradient buckets are made for these strides."""
         if self.channels_last:
-            model = model.to(memory_format=torch.channels_last if images else torch.channels_last_3d)
-        if self.compile:
-            model = torch.compile(model)
+            model.to(memory_format=torch.channels_last if images else torch.channels_last_3d)
         return model
+
+    def compiled(self, model: nn.Module) -> nn.Module:
+        """``model`` through torch.compile if asked (the same parameters: optimizers and hooks keep working)."""
+        return torch.compile(model) if self.compile else model
 
     def logits(self, model: nn.Module, *inputs: torch.Tensor) -> torch.Tensor:
         """The forward pass of one step (the loss is for the caller, outside autocast: float32)."""

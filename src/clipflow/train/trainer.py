@@ -1,4 +1,4 @@
-"""The training loop a worker runs: data-parallel SGD, on the parameter server or on torch.distributed.
+"""The training loop a worker runs: data-parallel training, on the parameter server or on torch.distributed.
 
 Every worker builds the same model from the same seed, then takes rank 0's state
 (fresh, or the newest checkpoint rank 0 can load) through the back end's broadcast
@@ -6,7 +6,7 @@ Every worker builds the same model from the same seed, then takes rank 0's state
 Gradients are summed in buckets while backward runs: on the parameter server
 (PSSync; with update_on_kvstore the servers also run the update and the workers
 pull the new weights) or by DistributedDataParallel (DDPSync). Both back ends
-update the weights with the same SGD on the same buckets.
+update the weights with the same optimizer code (SGD or Adam) on the same buckets.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from clipflow.models import build_model, is_image_model
 from clipflow.train.checkpoint import CheckpointStore, atomic_save
 from clipflow.train.comm import DDPComm, PSComm
 from clipflow.train.faults import FaultInjector
-from clipflow.train.progress import TensorBoardScalars, epoch_bar
+from clipflow.train.progress import TensorBoardScalars, epoch_bar, progress_interval
 from clipflow.train.schedule import Schedule, scaled_lr
 from clipflow.train.step import StepOptions
 from clipflow.train.validate import ValShard
@@ -71,21 +71,13 @@ def transform_spec(recipe: dict) -> TransformSpec:
     return TransformSpec(**{f.name: d[f.name] for f in fields(TransformSpec) if f.name in d})
 
 
-def image_spec(recipe: dict):
-    """The recipe's crop, padding, flip and normalisation of images (data.kind image)."""
-    from clipflow.data.cifar import ImageSpec
-
-    d = recipe["data"]
-    return ImageSpec(d["input_size"], d["padding"], d["pad_value"], d["random_flip"], tuple(d["mean"]), tuple(d["std"]))
-
-
 def make_dataset(recipe: dict, list_path: Path, root: Path, mode: str, seed: int):
     """The recipe's dataset of ``list_path``: SlowFastClips of videos, or CifarImages for data.kind image."""
     d = recipe["data"]
     if d["kind"] == "image":
-        from clipflow.data.cifar import CifarImages
+        from clipflow.data.cifar import CifarImages, ImageSpec
 
-        return CifarImages(list_path, root, mode, seed, image_spec(recipe))
+        return CifarImages(list_path, root, mode, seed, ImageSpec.of(d))
     return SlowFastClips(
         list_path,
         root,
@@ -129,6 +121,12 @@ def optimizer_settings(train: dict, lr: float) -> dict:
     return {"name": train["optimizer"], "learning_rate": lr, **{n: train[n] for n in names}}
 
 
+def step_seed(seed: int, rank: int, step: int) -> int:
+    """The torch seed of worker ``rank``'s step ``step``: dropout draws the same masks in a resumed run as in an
+    unbroken one, on every worker, without their generators' states in the checkpoint; each worker its own."""
+    return int(np.random.SeedSequence([seed, rank, step]).generate_state(1)[0])
+
+
 class Trainer:
     def __init__(
         self,
@@ -169,6 +167,8 @@ class Trainer:
         self.model = build_model(recipe["model"]).to(self.device)
         self.images = is_image_model(recipe["model"]["name"])  # called model(images), not model(slow, fast)
         self.step_options = StepOptions.of(t)
+        self.step_options.layout(self.model, self.images)
+        self.progress_s = progress_interval()  # read here: a bad value stops the worker before training
         self.sync: Any = None  # PSSync or DDPSync, made once rank 0's state is known (_resume_state)
         self.forward: Any = None  # what a step calls: the model, maybe wrapped by the sync, maybe compiled
         run_id = fingerprint(recipe, self.num_workers, seed, comm.identity(), shard)
@@ -191,7 +191,7 @@ class Trainer:
                 f"({self.num_workers} workers x {self.batch_size}) / base_batch {t['base_batch']} = {self.lr:g}"
             )
 
-    # -- state shared through the key-value store ------------------------------------------------
+    # -- state shared through the back end's collectives -----------------------------------------
 
     def _resume_state(self) -> tuple[int, int, int]:
         """Rank 0 loads the newest checkpoint; every worker then receives rank 0's state.
@@ -232,7 +232,7 @@ class Trainer:
             no_decay_mults(self.model) if t["no_wd"] else None,
             t["clip_grad"],
         )
-        self.forward = self.step_options.prepare(self.sync.module, self.images)  # the same parameters, maybe compiled
+        self.forward = self.step_options.compiled(self.sync.module)  # the same parameters
         if self.rank == 0:
             self.log(f"back end {self.comm.backend}: gradients summed over {self.num_workers} workers")
         if self.rank == 0 and t["no_wd"]:
@@ -246,13 +246,15 @@ class Trainer:
         return int(done[0]), int(done[1]), int(done[2])
 
     def _share_optimizer_states(self, states: dict) -> None:
-        """Rank 0's momentum buffers (from its checkpoint) to wherever the optimizer runs."""
+        """Rank 0's optimizer states (from its checkpoint) to wherever the optimizer runs."""
         if self.comm.optimizer_on_servers:
             self.sync.load_optimizer_states(states)  # collective: rank 0 sends to the servers
             return
-        buffers = [states[b.key].clone().float() if self.rank == 0 else torch.zeros(b.numel) for b in self.sync.buckets]
-        self.comm.broadcast("momentum", buffers)
-        self.sync.load_optimizer_states({b.key: buf for b, buf in zip(self.sync.buckets, buffers, strict=True)})
+        held = [(b.key, self.sync.local.state_size(b.numel)) for b in self.sync.buckets]
+        held = [(key, size) for key, size in held if size]  # SGD at momentum 0 keeps none
+        buffers = [states[key].reshape(-1).float() if self.rank == 0 else torch.zeros(size) for key, size in held]
+        self.comm.broadcast("optimizer", buffers)
+        self.sync.load_optimizer_states({key: buf for (key, _), buf in zip(held, buffers, strict=True)})
 
     def _global_metrics(self, loss_sum: float, correct: int, count: int) -> tuple[float, float]:
         totals = torch.tensor([loss_sum, float(correct), float(count)])
@@ -323,23 +325,42 @@ class Trainer:
     def run(self) -> None:
         start_epoch, step, resume_iteration = self._resume_state()
         t = self.recipe["train"]
-        save_every = t["save_every_iters"]
         # one loader for the run: its workers (if any) persist, and each index carries the dataset's epoch
         loader = make_loader(self.dataset, self.batch_size, self.sampler, t["loader_workers"], t["loader_prefetch"],
                              device=self.device)  # fmt: skip
-        board = TensorBoardScalars(self.paths.tensorboard, step) if self.paths.tensorboard and self.rank == 0 else None
-        for epoch in range(start_epoch + 1, self.epochs + 1):
-            self.model.train()
-            self.dataset.set_epoch(epoch)
-            first = resume_iteration if epoch == start_epoch + 1 else 0
-            # a worker's part of this epoch, from where the checkpoint stopped (every worker did as many iterations)
-            self.sampler.set_epoch(epoch)
-            self.sampler.resume(self.sampler.state(first * self.batch_size))
-            totals = self.partial if first and self.rank == 0 else {"loss_sum": 0.0, "correct": 0, "count": 0}
-            loss_sum, correct, count = totals["loss_sum"], totals["correct"], totals["count"]
-            data_time, step_time = 0.0, 0.0
-            began = tick = time.perf_counter()
-            bar = epoch_bar(epoch, self.epochs, self.iters_per_epoch, first, enabled=self.rank == 0)
+        self.board = (
+            TensorBoardScalars(self.paths.tensorboard, step) if self.paths.tensorboard and self.rank == 0 else None
+        )
+        try:
+            for epoch in range(start_epoch + 1, self.epochs + 1):
+                step = self._epoch(epoch, resume_iteration if epoch == start_epoch + 1 else 0, step, loader)
+            if self.rank == 0:
+                atomic_save(
+                    {"model": self.model.state_dict(), "recipe": self.recipe, "epoch": self.epochs},
+                    self.paths.model_out,
+                )
+                self.paths.metrics_out.parent.mkdir(parents=True, exist_ok=True)
+                self.paths.metrics_out.write_text(self.history_path.read_text())
+                self.log(f"final model {self.paths.model_out}")
+        finally:
+            if self.board:
+                self.board.close()  # also on a failure: the events so far are kept
+        self.comm.barrier()
+
+    def _epoch(self, epoch: int, first: int, step: int, loader) -> int:
+        """Trains ``epoch`` from its iteration ``first`` (0, or where a checkpoint inside it stopped), validates
+        and records it; returns the step count after it."""
+        save_every = self.recipe["train"]["save_every_iters"]
+        self.model.train()
+        self.dataset.set_epoch(epoch)
+        # a worker's part of this epoch, from where the checkpoint stopped (every worker did as many iterations)
+        self.sampler.set_epoch(epoch)
+        self.sampler.resume(self.sampler.state(first * self.batch_size))
+        totals = self.partial if first and self.rank == 0 else {"loss_sum": 0.0, "correct": 0, "count": 0}
+        loss_sum, correct, count = totals["loss_sum"], totals["correct"], totals["count"]
+        data_time, step_time = 0.0, 0.0
+        began = tick = time.perf_counter()
+        with epoch_bar(epoch, self.epochs, self.iters_per_epoch, first, self.progress_s, self.rank == 0) as bar:
             for it, (*inputs, labels) in enumerate(loader, start=first):
                 self.faults.check(epoch, it)
                 inputs = [x.to(self.device, non_blocking=True) for x in inputs]
@@ -347,9 +368,10 @@ class Trainer:
                 loaded = time.perf_counter()
                 lr = self.schedule(step)
                 self.sync.set_learning_rate(lr)
+                torch.manual_seed(step_seed(self.seed, self.rank, step))  # dropout's draws: the same after a resume
                 logits = self.step_options.logits(self.forward, *(self.dataset.normalize(x) for x in inputs))
                 loss = F.cross_entropy(logits, labels)
-                loss.backward()  # full buckets are pushed from the hooks while backward goes on
+                loss.backward()  # the back end sums full buckets while backward goes on
                 self.sync.synchronize()
                 self.sync.step()
                 self.model.zero_grad(set_to_none=True)
@@ -362,49 +384,39 @@ class Trainer:
                 data_time, step_time, tick = data_time + loaded - tick, step_time + now - loaded, now
                 bar.set_postfix_str(f"loss {loss_sum / count:.4f} lr {lr:.5f}", refresh=False)
                 bar.update()
-                if board:
-                    board.step(step, batch_loss, lr)
+                if self.board:
+                    self.board.step(step, batch_loss, lr)
                 if save_every and (it + 1) % save_every == 0 and it + 1 < self.iters_per_epoch:
                     self._checkpoint_inside(epoch, step, it + 1, (loss_sum, correct, count))
-            bar.close()
-            count_here = count - (totals["count"] if first and self.rank == 0 else 0)
-            elapsed = time.perf_counter() - began
-            loss_avg, acc = self._global_metrics(loss_sum, correct, count)
-            val = self._validate() if self.eval_every and (epoch % self.eval_every == 0 or epoch == self.epochs) else {}
-            if self.rank == 0:
-                record = {
-                    "epoch": epoch,
-                    "step": step,
-                    "loss": loss_avg,
-                    "train_top1": acc,
-                    "lr": lr,
-                    "clips_per_s": count_here * self.num_workers / elapsed,
-                    "data_time": data_time,
-                    "step_time": step_time,
-                    "epoch_time": elapsed,
-                    **val,
-                }
-                self.log(
-                    f"epoch {epoch}/{self.epochs} loss {loss_avg:.4f} train top-1 {acc:.3f} "
-                    f"{record['clips_per_s']:.1f} clips/s (data {data_time:.1f} s, compute {step_time:.1f} s)"
-                )
-                if val:
-                    self.log(f"epoch {epoch}/{self.epochs} val loss {val['val_loss']:.4f} top-1 {val['val_top1']:.3f} "
-                             f"top-5 {val['val_top5']:.3f} over {val['val_videos']} videos")  # fmt: skip
-                    if val["val_top1"] > self.best_top1:
-                        self._save_best(epoch, val)
-                self._append_history(record, epoch - 1)
-                if board:
-                    board.epoch(record)
-                if epoch % self.recipe["train"]["save_frequency"] == 0 or epoch == self.epochs:
-                    self._checkpoint(epoch, step)
+        count_here = count - (totals["count"] if first and self.rank == 0 else 0)
+        elapsed = time.perf_counter() - began
+        loss_avg, acc = self._global_metrics(loss_sum, correct, count)
+        val = self._validate() if self.eval_every and (epoch % self.eval_every == 0 or epoch == self.epochs) else {}
         if self.rank == 0:
-            atomic_save(
-                {"model": self.model.state_dict(), "recipe": self.recipe, "epoch": self.epochs}, self.paths.model_out
+            record = {
+                "epoch": epoch,
+                "step": step,
+                "loss": loss_avg,
+                "train_top1": acc,
+                "lr": lr,
+                "clips_per_s": count_here * self.num_workers / elapsed,
+                "data_time": data_time,
+                "step_time": step_time,
+                "epoch_time": elapsed,
+                **val,
+            }
+            self.log(
+                f"epoch {epoch}/{self.epochs} loss {loss_avg:.4f} train top-1 {acc:.3f} "
+                f"{record['clips_per_s']:.1f} clips/s (data {data_time:.1f} s, compute {step_time:.1f} s)"
             )
-            self.paths.metrics_out.parent.mkdir(parents=True, exist_ok=True)
-            self.paths.metrics_out.write_text(self.history_path.read_text())
-            self.log(f"final model {self.paths.model_out}")
-        if board:
-            board.close()
-        self.comm.barrier()
+            if val:
+                self.log(f"epoch {epoch}/{self.epochs} val loss {val['val_loss']:.4f} top-1 {val['val_top1']:.3f} "
+                         f"top-5 {val['val_top5']:.3f} over {val['val_videos']} videos")  # fmt: skip
+                if val["val_top1"] > self.best_top1:
+                    self._save_best(epoch, val)
+            self._append_history(record, epoch - 1)
+            if self.board:
+                self.board.epoch(record)
+            if epoch % self.recipe["train"]["save_frequency"] == 0 or epoch == self.epochs:
+                self._checkpoint(epoch, step)
+        return step
