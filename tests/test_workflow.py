@@ -146,8 +146,8 @@ def test_the_ddp_back_end_reaches_the_launch_and_an_unknown_one_is_refused(workd
     refused = snakemake(workdir, "-n", "train_slowfast", "--config", "train={backend: mpi}")
     assert refused.returncode != 0
     assert "'mpi' is not one of ['ps', 'ddp']" in refused.stdout + refused.stderr
-    mixed = snakemake(workdir, "-n", "train_slowfast", "--config", "train={backend: ddp, update_on_kvstore: true}")
+    mixed = snakemake(workdir, "-n", "train_slowfast", "--config", "train={backend: ddp, kvstore: dist_async}")
     assert mixed.returncode != 0
-    assert "train.update_on_kvstore: True is for the parameter server; train.backend ddp is synchronous" in (
+    assert "train.kvstore: dist_async is for the parameter server; train.backend ddp is synchronous" in (
         mixed.stdout + mixed.stderr
     )
