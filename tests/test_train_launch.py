@@ -42,6 +42,14 @@ def launch(tmp_path, tiny_videos, splits_dir, *extra: str, overrides=None, env_e
     )  # fmt: skip
 
 
+def status(results, run: str) -> dict:
+    """`clipflow status RUN --json`, parsed."""
+    done = subprocess.run([sys.executable, "-m", "clipflow", "status", run, "--results", str(results), "--json"],
+                          env=python_env(), capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
 def scanned(tiny_videos) -> list[VideoEntry]:
     results = scan(read_list(tiny_videos / "train_labels.txt"), tiny_videos, workers=2)
     return [VideoEntry(r.path, r.label, r.num_frames) for r in results]
@@ -168,6 +176,13 @@ def test_a_run_killed_inside_an_epoch_resumes_there_and_ends_with_the_uninterrup
     broken = tmp_path / "broken"
     failed = launch(broken, tiny_videos, splits, overrides=recipe, env_extra={"CLIPFLOW_FAULT_KILL": "1:2:3"})
     assert failed.returncode != 0 and "worker 1 on localhost failed (killed by signal SIGKILL)" in failed.stdout
+    (tmp_path / "results" / "tiny").mkdir(parents=True)
+    (tmp_path / "results" / "tiny" / "checkpoints").symlink_to(broken / "ckpt")  # results/<run>/checkpoints
+    halfway = status(tmp_path / "results", "tiny")
+    epoch_1 = json.loads((next((broken / "ckpt").iterdir()) / "metrics.jsonl").read_text().splitlines()[0])
+    assert (halfway["epoch"], halfway["epochs"], halfway["finished"]) == (1, 2, False)
+    assert halfway["last_checkpoint"] == "epoch_0002_iter_000002.pt" and halfway["recipe"] == "slowfast_tiny_synthetic"
+    assert halfway["clips_per_s"] == epoch_1["clips_per_s"] and halfway["eta_s"] == pytest.approx(epoch_1["epoch_time"])
     folder = next((broken / "ckpt").iterdir())
     assert sorted(p.name for p in folder.glob("*.pt")) == [
         "epoch_0001.pt", "epoch_0001_iter_000002.pt", "epoch_0002_iter_000002.pt",
@@ -179,6 +194,8 @@ def test_a_run_killed_inside_an_epoch_resumes_there_and_ends_with_the_uninterrup
     resumed = launch(broken, tiny_videos, splits, overrides=recipe)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert "epoch_0002_iter_000002.pt (epoch 2, iteration 2, step 6)" in resumed.stdout
+    done_status = status(tmp_path / "results", "tiny")
+    assert (done_status["epoch"], done_status["finished"], done_status["last_checkpoint"]) == (2, True, "epoch_0002.pt")
     a = torch.load(whole / "model.pt", weights_only=False)["model"]
     b = torch.load(broken / "model.pt", weights_only=False)["model"]
     assert a.keys() == b.keys()

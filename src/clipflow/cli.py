@@ -541,6 +541,14 @@ def cmd_evaluate(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_status(a: argparse.Namespace) -> int:
+    from clipflow.evaluate.status import run_status
+
+    status = run_status(a.results, a.run)
+    print(status.as_json() if a.json else "\n".join(status.lines()))
+    return 0
+
+
 def cmd_report(a: argparse.Namespace) -> int:
     from clipflow.evaluate.report import write_report
 
@@ -733,6 +741,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=0, help="0: the recipe's eval_batch_size")
     p.set_defaults(func=cmd_evaluate)
 
+    p = sub.add_parser("status", help="where a run stands: epoch, last checkpoint, throughput, ETA")
+    p.add_argument("run", help="the run's name (config run:), a folder of --results")
+    p.add_argument("--results", default="results", help="the folder holding the runs (default: results)")
+    p.add_argument("--json", action="store_true", help="one JSON object instead of lines")
+    p.set_defaults(func=cmd_status)
     p = sub.add_parser("report", help="curves and tables of a run, as HTML")
     p.add_argument("--metrics", required=True)
     p.add_argument("--history", required=True)

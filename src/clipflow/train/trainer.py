@@ -121,6 +121,9 @@ def optimizer_settings(train: dict, lr: float) -> dict:
     return {"name": train["optimizer"], "learning_rate": lr, **{n: train[n] for n in names}}
 
 
+RUN_FACTS = "run.json"  # beside the checkpoints: what `clipflow status` needs to know of the run
+
+
 def step_seed(seed: int, rank: int, step: int) -> int:
     """The torch seed of worker ``rank``'s step ``step``: dropout draws the same masks in a resumed run as in an
     unbroken one, on every worker, without their generators' states in the checkpoint; each worker its own."""
@@ -186,6 +189,9 @@ class Trainer:
         self.best_top1 = json.loads(marker.read_text())["val_top1"] if marker.exists() else -1.0
         self.partial: dict = {}  # rank 0, resumed inside an epoch: the totals over all workers so far
         if self.rank == 0:
+            facts = {"recipe": recipe["name"], "epochs": self.epochs, "iters_per_epoch": self.iters_per_epoch,
+                     "workers": self.num_workers, "global_batch": global_batch, "backend": comm.backend}  # fmt: skip
+            write_text_atomic(self.store.folder / RUN_FACTS, json.dumps(facts) + "\n")  # for `clipflow status`
             log(
                 f"linear scaling rule: lr = base_lr {t['base_lr']} x global batch {global_batch} "
                 f"({self.num_workers} workers x {self.batch_size}) / base_batch {t['base_batch']} = {self.lr:g}"

@@ -1,0 +1,112 @@
+"""Where a run stands: ``python -m clipflow status <run>``.
+
+Reads what the trainer's rank 0 keeps beside the checkpoints of ``results/<run>/checkpoints/
+<fingerprint>/`` (the folder written last, when settings changed between runs): ``run.json``
+(recipe, epochs, iterations an epoch, workers), ``metrics.jsonl`` (one line an epoch) and the
+checkpoint files. Nothing is loaded with torch, so it answers at once for any model size.
+
+Throughput is the last epoch's clips/s over all workers; the ETA is the epochs left times the
+mean time of the last three epochs.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from clipflow.errors import ClipflowError
+from clipflow.train.checkpoint import CheckpointStore
+from clipflow.train.trainer import RUN_FACTS
+
+RECENT_EPOCHS = 3
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    run: str
+    recipe: str
+    epoch: int  # epochs complete
+    epochs: int
+    last_checkpoint: str | None  # file name, e.g. epoch_0004.pt or epoch_0005_iter_000120.pt
+    clips_per_s: float | None  # the last epoch's, over all workers
+    eta_s: float | None  # None until an epoch has a time
+    best_val_top1: float | None
+    finished: bool
+
+    def lines(self) -> list[str]:
+        rate = f"{self.clips_per_s:.1f} clips/s" if self.clips_per_s is not None else "no epoch finished yet"
+        eta = "done" if self.finished else (_duration(self.eta_s) if self.eta_s is not None else "unknown")
+        best = f"{self.best_val_top1:.4f}" if self.best_val_top1 is not None else "none yet"
+        return [
+            f"run {self.run}: {self.recipe}",
+            f"epoch {self.epoch}/{self.epochs}",
+            f"last checkpoint: {self.last_checkpoint or 'none yet'}",
+            f"throughput: {rate}",
+            f"ETA: {eta}",
+            f"best val top-1: {best}",
+        ]
+
+    def as_json(self) -> str:
+        return json.dumps(asdict(self))
+
+
+def run_status(results: str | Path, run: str) -> RunStatus:
+    results = Path(results)
+    folder = results / run
+    if not folder.is_dir():
+        known = sorted(p.name for p in results.iterdir() if (p / "checkpoints").is_dir()) if results.is_dir() else []
+        raise ClipflowError(f"no run {run!r} in {results}/ (runs with checkpoints: {', '.join(known) or 'none'})")
+    candidates = [p for p in (folder / "checkpoints").glob("*/") if (p / RUN_FACTS).is_file()]
+    if not candidates:
+        raise ClipflowError(f"run {run!r} has not started training: no {folder}/checkpoints/*/{RUN_FACTS}")
+    latest = max(candidates, key=lambda p: (p / RUN_FACTS).stat().st_mtime)
+    facts = _read_json(latest / RUN_FACTS)
+    history = [_read_json_line(latest / "metrics.jsonl", n, line) for n, line in _lines(latest / "metrics.jsonl")]
+    points = CheckpointStore(latest).points()
+    last = CheckpointStore(latest).path(*points[-1]).name if points else None
+    epoch = history[-1]["epoch"] if history else 0
+    recent = [h["epoch_time"] for h in history[-RECENT_EPOCHS:]]
+    eta = (facts["epochs"] - epoch) * sum(recent) / len(recent) if recent else None
+    best = latest / "best.json"
+    return RunStatus(
+        run=run,
+        recipe=facts["recipe"],
+        epoch=epoch,
+        epochs=facts["epochs"],
+        last_checkpoint=last,
+        clips_per_s=history[-1]["clips_per_s"] if history else None,
+        eta_s=eta,
+        best_val_top1=_read_json(best)["val_top1"] if best.is_file() else None,
+        finished=epoch >= facts["epochs"],
+    )
+
+
+def _lines(path: Path) -> list[tuple[int, str]]:
+    if not path.is_file():
+        return []
+    return [(n, line) for n, line in enumerate(path.read_text().splitlines(), start=1) if line.strip()]
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ClipflowError(f"{path} cannot be read ({exc})") from None
+
+
+def _read_json_line(path: Path, number: int, line: str) -> dict:
+    try:
+        record = json.loads(line)
+    except ValueError as exc:
+        raise ClipflowError(f"{path} line {number} is not JSON ({exc})") from None
+    fields = {"epoch": int, "epoch_time": float, "clips_per_s": float}
+    if not isinstance(record, dict) or any(not isinstance(record.get(k), (int, t)) for k, t in fields.items()):
+        raise ClipflowError(f"{path} line {number} is not a metrics record (epoch, epoch_time, clips_per_s)")
+    return record
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {secs:02d} s"

@@ -1,0 +1,53 @@
+"""`clipflow status`: what it says of a run in progress and of a finished one is in tests/test_train_launch.py (a
+real killed and resumed run); here, the runs it cannot read, named."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from clipflow.errors import ClipflowError
+from clipflow.evaluate.status import run_status
+
+
+def make_run(results, run="tiny", lines=None):
+    folder = results / run / "checkpoints" / "abc123"
+    folder.mkdir(parents=True)
+    (folder / "run.json").write_text(json.dumps({"recipe": "r", "epochs": 4, "iters_per_epoch": 2, "workers": 2,
+                                                 "global_batch": 4, "backend": "ps"}))  # fmt: skip
+    (folder / "metrics.jsonl").write_text("\n".join(lines or []) + "\n")
+    return folder
+
+
+def test_eta_is_the_epochs_left_at_the_mean_of_the_last_three(tmp_path):
+    times = [10.0, 20.0, 30.0, 40.0]
+    lines = [json.dumps({"epoch": e, "epoch_time": t, "clips_per_s": 5.0 * e}) for e, t in enumerate(times[:3], 1)]
+    make_run(tmp_path / "results", lines=lines)
+    got = run_status(tmp_path / "results", "tiny")
+    assert (got.epoch, got.epochs, got.clips_per_s, got.finished) == (3, 4, 15.0, False)
+    assert got.eta_s == pytest.approx(1 * (10 + 20 + 30) / 3) and got.last_checkpoint is None
+    assert "ETA: 0 min 20 s" in got.lines() and "last checkpoint: none yet" in got.lines()
+
+
+@pytest.mark.parametrize(
+    "setup, message",
+    [
+        ("missing", "no run 'tiny' in {results}/ (runs with checkpoints: other)"),
+        ("not_started", "run 'tiny' has not started training: no {results}/tiny/checkpoints/*/run.json"),
+        ("bad_line", "metrics.jsonl line 2 is not a metrics record (epoch, epoch_time, clips_per_s)"),
+        ("not_json", "metrics.jsonl line 1 is not JSON"),
+    ],
+)
+def test_a_run_it_cannot_read_is_named(tmp_path, setup, message):
+    results = tmp_path / "results"
+    make_run(results, run="other")
+    if setup == "not_started":
+        (results / "tiny" / "checkpoints").mkdir(parents=True)
+    elif setup == "bad_line":
+        make_run(results, lines=[json.dumps({"epoch": 1, "epoch_time": 3.0, "clips_per_s": 2.0}), '{"epoch": "two"}'])
+    elif setup == "not_json":
+        make_run(results, lines=["{epoch: 1"])
+    with pytest.raises(ClipflowError) as err:
+        run_status(results, "tiny")
+    assert message.format(results=results) in str(err.value)
