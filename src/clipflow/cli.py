@@ -188,13 +188,8 @@ def cmd_data_cifar_synth(a: argparse.Namespace) -> int:
 
 def cmd_data_cifar_index(a: argparse.Namespace) -> int:
     from clipflow.data.cifar import index_cifar
-    from clipflow.files import write_text_atomic
 
     summary = index_cifar(a.root, a.out_dir)
-    splits = {split: {**summary[split], "failed": 0} for split in ("train", "val")}  # a damaged file stops the index
-    manifest = {"kind": "image", "folder": summary["folder"], "classes": summary["classes"], "splits": splits,
-                "failures": []}  # fmt: skip
-    write_text_atomic(Path(a.out_dir) / "manifest.json", json.dumps(manifest, indent=2) + "\n")
     print(f"CIFAR-10 index in {a.out_dir}: {summary['train']['images']} train, {summary['val']['images']} val images")
     return 0
 

@@ -69,6 +69,7 @@ default crop of 32).
 from __future__ import annotations
 
 import importlib
+import json
 import pickle
 import re
 from collections.abc import Sequence
@@ -384,7 +385,8 @@ def index_cifar(folder: str | Path, out_dir: str | Path) -> dict[str, Any]:
 
     out_dir/train.lst: every image of the data_batch_N files (in N order, then row order);
     out_dir/val.lst: those of test_batch; lines ``data_batch_1#17 1 6`` (see the module);
-    out_dir/classes.txt: batches.meta's label names, line i for label i.
+    out_dir/classes.txt: batches.meta's label names, line i for label i;
+    out_dir/manifest.json: the counts in the form the scan of a video set writes (kind "image", no failures).
     The summary: ``classes`` (names), and for ``train`` and ``val``: ``images``, ``files`` (images per
     batch file) and ``per_class`` (images per class name, in label order); ``lists`` (the paths written).
     Every file is read in full, so a damaged one fails here (a ClipflowError naming it), as does a
@@ -420,6 +422,9 @@ def index_cifar(folder: str | Path, out_dir: str | Path) -> dict[str, Any]:
     lists["classes"] = str(out_dir / "classes.txt")
     write_text_atomic(lists["classes"], "".join(f"{n}\n" for n in names))
     summary["lists"] = lists
+    splits = {split: {**summary[split], "failed": 0} for split in ("train", "val")}  # a damaged file stops here
+    manifest = {"kind": "image", "folder": str(folder), "classes": names, "splits": splits, "failures": []}
+    write_text_atomic(out_dir / "manifest.json", json.dumps(manifest, indent=2) + "\n")  # as data scan's
     return summary
 
 

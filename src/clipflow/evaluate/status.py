@@ -63,8 +63,9 @@ def run_status(results: str | Path, run: str) -> RunStatus:
     latest = max(candidates, key=lambda p: (p / RUN_FACTS).stat().st_mtime)
     facts = _read_json(latest / RUN_FACTS)
     history = [_read_json_line(latest / "metrics.jsonl", n, line) for n, line in _lines(latest / "metrics.jsonl")]
-    points = CheckpointStore(latest).points()
-    last = CheckpointStore(latest).path(*points[-1]).name if points else None
+    store = CheckpointStore(latest)
+    points = store.points()
+    last = store.path(*points[-1]).name if points else None
     epoch = history[-1]["epoch"] if history else 0
     recent = [h["epoch_time"] for h in history[-RECENT_EPOCHS:]]
     eta = (facts["epochs"] - epoch) * sum(recent) / len(recent) if recent else None
