@@ -52,7 +52,10 @@ def test_resnet18_cifar10_end_to_end_on_ddp(workdir):
     assert metrics["reference"]["top1"] == 68.79
     report = (workdir / "results/cifar/report/report.html").read_text()
     assert "train images (failed)" in report and "200 (0)" in report
-    assert "back end ddp: gradients summed over 2 workers" in (workdir / "logs/cifar/train.log").read_text()
+    assert (
+        "back end ddp: gradients summed over 2 workers (gloo, rank 0 on cpu)"
+        in (workdir / "logs/cifar/train.log").read_text()
+    )
 
 
 @pytest.mark.parametrize(

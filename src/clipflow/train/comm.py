@@ -64,6 +64,7 @@ class PSComm:
     """The trainer's collectives on the parameter server's key-value store."""
 
     backend = "ps"
+    transport = "zmq"  # what carries the gradients
     KEYS = {"buffers": 100_000, "optimizer": 200_000, "meta": 300_000, "metrics": 300_001, "val": 300_002}
 
     def __init__(self, kv: Any, settings: PSSettings):
@@ -156,8 +157,9 @@ class DDPComm:
         self._dist = dist
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
+        self.transport = "nccl" if self.device.type == "cuda" else "gloo"
         dist.init_process_group(
-            "nccl" if self.device.type == "cuda" else "gloo",
+            self.transport,
             init_method=f"tcp://{_host_port(config.master_addr, config.master_port)}",
             rank=config.rank,
             world_size=config.world_size,

@@ -30,6 +30,7 @@ update on the same numbers and save their optimizer states in the same form.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from typing import Any
 
@@ -47,6 +48,15 @@ def _sum_hook(_state, bucket):  # no annotations: DDP checks them as classes, an
     hook divides by the world size)."""
     work = dist.all_reduce(bucket.buffer(), async_op=True)
     return work.get_future().then(lambda fut: fut.value()[0])
+
+
+# BatchNorm statistics stay each worker's between steps (the trainer broadcasts rank 0's at the start, as the
+# parameter server does). torch 2.13 renamed the switch; a cluster's image may hold an older torch.
+_NO_FORWARD_BUFFER_SYNC = (
+    {"forward_sync_buffers": False}
+    if "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
+    else {"broadcast_buffers": False}
+)
 
 
 class DDPSync:
@@ -81,8 +91,8 @@ class DDPSync:
             self.module: torch.nn.Module = model
         else:
             on_gpu = device is not None and device.type == "cuda"
-            ddp = DistributedDataParallel(model, device_ids=[device] if on_gpu else None, forward_sync_buffers=False,
-                                          bucket_cap_mb=bucket_bytes / 2**20)  # fmt: skip
+            ddp = DistributedDataParallel(model, device_ids=[device] if on_gpu else None,
+                                          bucket_cap_mb=bucket_bytes / 2**20, **_NO_FORWARD_BUFFER_SYNC)  # fmt: skip
             ddp.register_comm_hook(None, _sum_hook)
             self.module = ddp
 

@@ -240,7 +240,10 @@ class Trainer:
         )
         self.forward = self.step_options.compiled(self.sync.module)  # the same parameters
         if self.rank == 0:
-            self.log(f"back end {self.comm.backend}: gradients summed over {self.num_workers} workers")
+            self.log(
+                f"back end {self.comm.backend}: gradients summed over {self.num_workers} workers "
+                f"({self.comm.transport}, rank 0 on {self.device})"
+            )
         if self.rank == 0 and t["no_wd"]:
             spared = [b for b in self.sync.buckets if b.wd_mult == 0.0]
             count, total = sum(len(b.params) for b in spared), len(list(self.model.parameters()))
