@@ -8,6 +8,9 @@ min_version("9.20")
 configfile: "config.yaml"
 
 
+report: "workflow/report/workflow.rst"
+
+
 validate(config, "workflow/schemas/config.schema.yaml", set_default=True)
 
 

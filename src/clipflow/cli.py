@@ -545,9 +545,11 @@ def cmd_status(a: argparse.Namespace) -> int:
 
 
 def cmd_report(a: argparse.Namespace) -> int:
-    from clipflow.evaluate.report import write_report
+    from clipflow.report.page import ReportInputs, write_report
 
-    out = write_report(a.metrics, a.history, a.manifest, a.plan, a.out_dir)
+    inputs = ReportInputs(Path(a.metrics), Path(a.history), Path(a.manifest), Path(a.plan),
+                          Path(a.checks) if a.checks else None, Path(a.results) if a.results else None)  # fmt: skip
+    out = write_report(inputs, a.out_dir, run=a.run)
     print(f"report: {out}")
     return 0
 
@@ -746,6 +748,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--history", required=True)
     p.add_argument("--manifest", required=True)
     p.add_argument("--plan", required=True)
+    p.add_argument("--checks", default="", help="the host checks (cluster/checks.json), when the run had them")
+    p.add_argument("--results", default="", help="the folder of all runs: a scaling figure from those of this recipe")
+    p.add_argument("--run", default="", help="the run's name, for the title")
     p.add_argument("--out-dir", required=True)
     p.set_defaults(func=cmd_report)
 

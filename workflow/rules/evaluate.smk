@@ -26,15 +26,21 @@ rule report:
         history=rules.train.output.history,
         manifest=f"{INDEX}/manifest.json",
         plan=ancient(f"{RESULTS}/cluster/plan.json"),
+        checks=[ancient(path) for path in cluster_ready() if path.endswith("checks.json")],
     output:
-        html=report(f"{RESULTS}/report/report.html", category="Report"),
-        curves=report(f"{RESULTS}/report/curves.png", category="Training curves"),
+        html=report(f"{RESULTS}/report/report.html", caption="../report/report.rst", category="Report"),
+        curves=report(f"{RESULTS}/report/curves.png", caption="../report/curves.rst", category="Training"),
+        throughput=report(f"{RESULTS}/report/throughput.png", caption="../report/throughput.rst", category="Training"),
+        confusion=report(f"{RESULTS}/report/confusion.png", caption="../report/confusion.rst", category="Evaluation"),
     params:
         out=folder_of("html"),
+        checks=lambda wildcards, input: f"--checks {shlex.quote(input.checks[0])}" if input.checks else "",
+        run=RUN,
     log:
         f"{LOGS}/report.log",
     conda:
         "../../environment.yml"
     shell:
         "python -m clipflow report --metrics {input.metrics:q} --history {input.history:q}"
-        " --manifest {input.manifest:q} --plan {input.plan:q} --out-dir {params.out:q} > {log:q} 2>&1"
+        " --manifest {input.manifest:q} --plan {input.plan:q} {params.checks} --results results --run {params.run:q}"
+        " --out-dir {params.out:q} > {log:q} 2>&1"

@@ -265,10 +265,20 @@ class Trainer:
         self.comm.broadcast("optimizer", buffers)
         self.sync.load_optimizer_states({key: buf for (key, _), buf in zip(held, buffers, strict=True)})
 
-    def _global_metrics(self, loss_sum: float, correct: int, count: int) -> tuple[float, float]:
-        totals = torch.tensor([loss_sum, float(correct), float(count)])
+    def _global_metrics(
+        self, loss_sum: float, correct: int, count: int, speed: tuple[int, float, float, float]
+    ) -> tuple[float, float, list[dict]]:
+        """Collective: the epoch's loss and top-1 over all workers, and every worker's own speed (its row of
+        (clips, seconds, data seconds, compute seconds), the others' rows zero before the sum)."""
+        rows = torch.zeros(self.num_workers, 4)  # float32, as every back end sums it
+        rows[self.rank] = torch.tensor([float(v) for v in speed])
+        totals = torch.cat([torch.tensor([loss_sum, float(correct), float(count)]), rows.view(-1)])
         self.comm.all_sum("metrics", totals)
-        return float(totals[0] / totals[2]), float(totals[1] / totals[2])
+        workers = [
+            {"rank": r, "clips_per_s": float(c / s) if s else 0.0, "data_time": float(d), "step_time": float(t)}
+            for r, (c, s, d, t) in enumerate(totals[3:].view(self.num_workers, 4))
+        ]
+        return float(totals[0] / totals[2]), float(totals[1] / totals[2]), workers
 
     def _validate(self) -> dict:
         """The val list scored by every worker's share, summed (collective): val loss, top-1, top-5."""
@@ -399,7 +409,8 @@ class Trainer:
                     self._checkpoint_inside(epoch, step, it + 1, (loss_sum, correct, count))
         count_here = count - (totals["count"] if first and self.rank == 0 else 0)
         elapsed = time.perf_counter() - began
-        loss_avg, acc = self._global_metrics(loss_sum, correct, count)
+        loss_avg, acc, workers = self._global_metrics(loss_sum, correct, count,
+                                                      (count_here, elapsed, data_time, step_time))  # fmt: skip
         val = self._validate() if self.eval_every and (epoch % self.eval_every == 0 or epoch == self.epochs) else {}
         if self.rank == 0:
             record = {
@@ -412,6 +423,7 @@ class Trainer:
                 "data_time": data_time,
                 "step_time": step_time,
                 "epoch_time": elapsed,
+                "workers": workers,  # each worker's clips/s and its data and compute seconds
                 **val,
             }
             self.log(

@@ -1,0 +1,216 @@
+"""The report page: ``report.html`` beside its figures, the figures also inside the page (data URIs)
+so the one file shows everything wherever it is opened, Snakemake's report included.
+
+Sections: the result against the references, the evaluation (clip and video level, per class,
+confusion), training curves, throughput (per worker, data against compute), scaling (when
+finished runs of the same recipe with other worker counts sit beside this one under
+``results/``), the cluster plan and host checks, and the dataset manifest.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from clipflow.errors import ClipflowError
+from clipflow.report import figures
+from clipflow.report.compare import comparisons
+from clipflow.report.scaling import scaling_points
+from clipflow.report.tables import MAX_CONFUSION_CELLS, confusion_table, pairs, table
+
+CSS = """body{font-family:sans-serif;margin:2em;max-width:1400px;color:#222}
+table{border-collapse:collapse;margin:0.5em 0 1.5em}th,td{border:1px solid #ccc;padding:4px 10px;text-align:left}
+thead th{background:#f3f3f3}td{font-variant-numeric:tabular-nums}img{max-width:100%;height:auto;display:block}
+table.confusion td{text-align:right;min-width:2.2em}.summary{font-size:1.2em}.caption{color:#555}"""
+
+
+@dataclass(frozen=True)
+class ReportInputs:
+    metrics: Path  # evaluate's metrics.json
+    history: Path  # the trainer's metrics.jsonl
+    manifest: Path  # the data index's manifest.json
+    plan: Path  # cluster/plan.json
+    checks: Path | None = None  # cluster/checks.json (ssh launcher)
+    results: Path | None = None  # the folder of all runs, for the scaling figure
+
+
+def _read_json(path: Path, what: str) -> dict:
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ClipflowError(f"{what} {path} does not exist") from None
+    except (OSError, ValueError) as exc:
+        raise ClipflowError(f"{what} {path} is not readable JSON ({exc})") from None
+
+
+def read_history(path: Path) -> list[dict]:
+    try:
+        lines = Path(path).read_text().splitlines()
+    except FileNotFoundError:
+        raise ClipflowError(f"training history {path} does not exist; run the train stage first") from None
+    history = []
+    for number, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                history.append(json.loads(line))
+            except ValueError:
+                raise ClipflowError(f"training history {path} line {number} is not JSON: {line[:80]!r}") from None
+    if not history:
+        raise ClipflowError(f"training history {path} has no epoch in it")
+    return history
+
+
+def _figure(path: Path, alt: str) -> str:
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return f'<img src="data:image/png;base64,{data}" alt="{html.escape(alt)}" data-file="{path.name}">'
+
+
+def _pct(value: float | None) -> float | None:
+    return None if value is None else 100.0 * value
+
+
+def _summary(metrics: dict) -> str:
+    line = f"video top-1 <b>{100 * metrics['top1']:.2f}%</b>, top-5 {100 * metrics['top5']:.2f}%"
+    rows = comparisons(metrics)
+    first = next((r for r in rows if r.metric == "top-1" and r.reference is not None), None)
+    if first is not None:
+        line += (
+            f" &mdash; reference {first.reference:.2f}% ({html.escape(first.source)}): {first.difference:+.2f} points"
+        )
+    return f'<p class="summary">{line}</p>'
+
+
+def _evaluation(metrics: dict, out: Path) -> str:
+    clip, video = metrics.get("clip") or {}, metrics.get("video") or {}
+    rows = [
+        ("recipe", metrics["recipe"]),
+        ("list", metrics.get("split")),
+        ("protocol", metrics.get("protocol")),
+        ("videos (views each)", f"{metrics['num_videos']} ({metrics.get('num_views', 1)})"),
+        ("evaluated by", f"{metrics.get('workers', 1)} worker(s)"),
+        ("clip top-1 / top-5 (%)", f"{100 * clip['top1']:.2f} / {100 * clip['top5']:.2f}" if clip else None),
+        (
+            "video top-1 / top-5 (%)",
+            f"{100 * video.get('top1', metrics['top1']):.2f} / {100 * video.get('top5', metrics['top5']):.2f}",
+        ),  # fmt: skip
+        ("loss", metrics.get("loss")),
+    ]
+    parts = ["<h2>Evaluation</h2>", pairs(rows)]
+    compared = comparisons(metrics)
+    parts.append("<h3>Against the published results</h3>")
+    if compared:
+        header = ["metric", "this run (%)", "reference (%)", "difference (points)", "source", "reference protocol"]
+        rows = [[c.metric, c.this_run, c.reference, c.difference, c.source, c.protocol] for c in compared]
+        parts.append(table(header, rows))
+        parts.append(f'<p class="caption">This run: {html.escape(str(metrics.get("protocol")))}.</p>')
+    else:
+        parts.append("<p>The recipe carries no reference result.</p>")
+    names = [str(n) for n in metrics.get("classes") or []]
+    if metrics.get("per_class"):
+        worst_first = sorted(metrics["per_class"], key=lambda c: (c["top1"] is None, c["top1"] or 0.0))
+        parts += ["<h3>Per class (video top-1, worst first)</h3>",
+                  table(["label", "class", "videos", "top-1 (%)"],
+                        [[c["label"], c["name"], c["videos"], _pct(c["top1"])] for c in worst_first])]  # fmt: skip
+    if metrics.get("confusion"):
+        matrix = metrics["confusion"]
+        names = names or [str(i) for i in range(len(matrix))]
+        parts.append("<h3>Confusion matrix (video level)</h3>")
+        parts.append(_figure(figures.plot_confusion(matrix, names, out / "confusion.png"), "confusion matrix"))
+        if len(matrix) <= MAX_CONFUSION_CELLS:
+            parts.append(confusion_table(matrix, names))
+    return "".join(parts)
+
+
+def _training(history: list[dict], out: Path) -> str:
+    last = history[-1]
+    last_val = next((h["val_top1"] for h in reversed(history) if "val_top1" in h), None)
+    rows = [
+        ("epochs", last["epoch"]),
+        ("steps", last.get("step")),
+        ("final training loss", last["loss"]),
+        ("final training top-1 (%)", _pct(last.get("train_top1"))),
+        ("last validation top-1 (%)", _pct(last_val)),
+    ]
+    return ("<h2>Training</h2>" + _figure(figures.plot_curves(history, out / "curves.png"), "training curves")
+            + pairs(rows))  # fmt: skip
+
+
+def _throughput(history: list[dict], out: Path) -> str:
+    part = "<h2>Throughput</h2>" + _figure(figures.plot_throughput(history, out / "throughput.png"), "throughput")
+    workers = history[-1].get("workers") or []
+    if workers:
+        part += table(["worker", "clips/s (last epoch)", "data s", "compute s"],
+                      [[w["rank"], w["clips_per_s"], w["data_time"], w["step_time"]] for w in workers])  # fmt: skip
+    return part
+
+
+def _scaling(results: Path | None, recipe: str, out: Path) -> str:
+    points = scaling_points(results, recipe) if results else []
+    if len(points) < 2:
+        return ""
+    base = points[0]
+    return ("<h2>Scaling</h2>" + _figure(figures.plot_scaling(points, out / "scaling.png"), "scaling")
+            + table(["run", "workers", "clips/s", "speed-up", "efficiency (%)"],
+                    [[p.run, p.workers, p.clips_per_s, p.speedup(base), 100 * p.efficiency(base)] for p in points])
+            + f'<p class="caption">Finished runs of {html.escape(recipe)} under {html.escape(str(results))}/, '
+              "the median clips/s of each run's epochs after the first.</p>")  # fmt: skip
+
+
+def _cluster(plan: dict, checks: dict | None) -> str:
+    roles = [[r["role"], r["rank"], r["host"]] for r in plan.get("roles", [])]
+    facts = [(key, plan.get(key)) for key in ("launcher", "num_workers", "num_servers", "security")]
+    part = "<h2>Cluster</h2>" + pairs(facts) + table(["role", "rank", "host"], roles)
+    if checks:
+        rows = [[h["host"], "ok" if h["ok"] else "FAILED", h.get("facts", {}).get("python"),
+                 h.get("facts", {}).get("torch"), h.get("facts", {}).get("clipflow"), h.get("facts", {}).get("free_gb"),
+                 "; ".join(h.get("problems") or [])] for h in checks.get("hosts", [])]  # fmt: skip
+        part += "<h3>Host checks</h3>" + table(
+            ["host", "result", "python", "torch", "clipflow", "free GB", "problems"], rows
+        )
+    return part
+
+
+def _dataset(manifest: dict) -> str:
+    unit = "images" if manifest.get("kind") == "image" else "videos"
+    rows = [[split, s.get(unit), s.get("failed"), len(s.get("per_class") or {}),
+             f"{s['frames_min']}-{s['frames_max']}" if "frames_min" in s else None,
+             ", ".join(s.get("sizes") or [])] for split, s in manifest.get("splits", {}).items()]  # fmt: skip
+    part = "<h2>Dataset</h2>" + table(["split", unit, "failed", "classes", "frames", "sizes"], rows)
+    failures = manifest.get("failures") or []
+    if failures:
+        part += f"<h3>Left out ({len(failures)})</h3>" + table(
+            ["path", "error"], [[f["path"], f["error"]] for f in failures[:50]]
+        )
+    return part
+
+
+def write_report(inputs: ReportInputs, out_dir: str | Path, run: str = "") -> Path:
+    """report.html and its figures (curves.png, throughput.png, confusion.png, scaling.png when it applies)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    metrics = _read_json(inputs.metrics, "metrics file")
+    for key in ("recipe", "top1", "top5", "num_videos"):
+        if key not in metrics:
+            raise ClipflowError(f"metrics file {inputs.metrics} has no {key!r}: is it the evaluate stage's output?")
+    history = read_history(inputs.history)
+    manifest = _read_json(inputs.manifest, "dataset manifest")
+    plan = _read_json(inputs.plan, "cluster plan")
+    checks = _read_json(inputs.checks, "host checks") if inputs.checks else None
+    title = f"clipflow run {run or metrics['recipe']}: {metrics['recipe']}"
+    body = "".join([
+        f"<h1>{html.escape(title)}</h1>",
+        _summary(metrics),
+        _evaluation(metrics, out),
+        _training(history, out),
+        _throughput(history, out),
+        _scaling(inputs.results, metrics["recipe"], out),
+        _cluster(plan, checks),
+        _dataset(manifest),
+    ])  # fmt: skip
+    page = (f'<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+            f"<style>{CSS}</style></head><body>{body}</body></html>\n")  # fmt: skip
+    (out / "report.html").write_text(page, encoding="utf-8")
+    return out / "report.html"

@@ -1,0 +1,192 @@
+"""The report stage: the comparison with the recipe's references, the scaling points, the page with its
+tables and figures, its broken inputs, and the page as headless Chromium shows it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import clipflow
+from report_helpers import TAB_BLUE, colour_columns, embedded_figures, ink
+
+from clipflow.errors import ClipflowError
+from clipflow.report.compare import comparisons
+from clipflow.report.page import ReportInputs, write_report
+from clipflow.report.scaling import scaling_points
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+NAMES = ["left", "right", "up", "down"]
+
+
+def epoch_record(epoch: int, workers: int, clips_per_s: float, val: bool = True) -> dict:
+    record = {"epoch": epoch, "step": 10 * epoch, "loss": 2.0 / epoch, "train_top1": 0.2 * epoch, "lr": 0.1 / epoch,
+              "clips_per_s": clips_per_s, "data_time": 1.0, "step_time": 3.0, "epoch_time": 4.0,
+              "workers": [{"rank": r, "clips_per_s": clips_per_s / workers, "data_time": 0.5 + r, "step_time": 3.0}
+                          for r in range(workers)]}  # fmt: skip
+    if val:
+        record.update(val_loss=1.5 / epoch, val_top1=0.15 * epoch, val_top5=0.9, val_videos=16)
+    return record
+
+
+def metrics_for(recipe: str = "slowfast_tiny_synthetic", reference: dict | None = None) -> dict:
+    confusion = [[3, 1, 0, 0], [0, 4, 0, 0], [0, 0, 2, 2], [0, 0, 0, 0]]
+    return {
+        "recipe": recipe, "split": "index/val.lst", "num_videos": 12, "num_views": 6, "workers": 2,
+        "protocol": "2 clips x 3 crops, short side 32", "top1": 0.75, "top5": 1.0, "loss": 0.61,
+        "clip": {"top1": 0.7, "top5": 0.98}, "video": {"top1": 0.75, "top5": 1.0},
+        "classes": NAMES,
+        "per_class": [{"label": 0, "name": "left", "videos": 4, "top1": 0.75},
+                      {"label": 1, "name": "right", "videos": 4, "top1": 1.0},
+                      {"label": 2, "name": "up", "videos": 4, "top1": 0.5},
+                      {"label": 3, "name": "down", "videos": 0, "top1": None}],
+        "confusion": confusion,
+        "reference": reference if reference is not None else {
+            "top1": 72.5, "top5": None, "source": "a paper, table 3", "protocol": "10 clips x 3 crops",
+            "others": [{"top1": 76.0, "top5": 93.5, "source": "a model zoo", "protocol": "30 views"}]},
+    }  # fmt: skip
+
+
+def write_run(results: Path, name: str, workers: int, speeds: list[float], recipe: str = "slowfast_tiny_synthetic"):
+    run = results / name
+    (run / "train").mkdir(parents=True)
+    (run / "cluster").mkdir()
+    (run / "metrics.json").write_text(json.dumps(metrics_for(recipe)))
+    history = [epoch_record(e, workers, s) for e, s in enumerate(speeds, 1)]
+    (run / "train/metrics.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
+    plan = {"launcher": "local", "num_workers": workers, "num_servers": 1, "security": "none",
+            "roles": [{"role": "scheduler", "rank": 0, "host": "localhost"}]
+            + [{"role": "worker", "rank": r, "host": "localhost"} for r in range(workers)]}  # fmt: skip
+    (run / "cluster/plan.json").write_text(json.dumps(plan))
+    manifest = {"splits": {"train": {"videos": 24, "failed": 1, "per_class": {"0": 6}, "frames_min": 24,
+                                     "frames_max": 40, "sizes": ["84x64"]},
+                           "val": {"videos": 12, "failed": 0, "per_class": {"0": 3}}},
+                "failures": [{"path": "videos/train/broken.mp4", "error": "no video stream"}]}  # fmt: skip
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    return run
+
+
+def inputs_of(run: Path, results: Path | None = None, checks: Path | None = None) -> ReportInputs:
+    return ReportInputs(run / "metrics.json", run / "train/metrics.jsonl", run / "manifest.json",
+                        run / "cluster/plan.json", checks, results)  # fmt: skip
+
+
+def test_comparison_rows_are_in_percent_with_the_difference_in_points():
+    rows = comparisons(metrics_for())
+    # the first reference has no top-5, so no top-5 row; the second has both
+    assert [(r.metric, r.reference, r.source) for r in rows] == [
+        ("top-1", 72.5, "a paper, table 3"), ("top-1", 76.0, "a model zoo"), ("top-5", 93.5, "a model zoo")]  # fmt: skip
+    assert rows[0].this_run == pytest.approx(75.0) and rows[0].difference == pytest.approx(2.5)
+    assert rows[1].difference == pytest.approx(-1.0) and rows[2].difference == pytest.approx(6.5)
+    assert rows[0].protocol == "10 clips x 3 crops"
+    empty = comparisons(metrics_for(reference={}))
+    assert empty == []
+    unpublished = comparisons(metrics_for(reference={"top1": None, "source": "none: synthetic", "protocol": "x"}))
+    assert [(r.metric, r.reference, r.difference) for r in unpublished] == [("top-1", None, None)]
+
+
+def test_scaling_takes_the_median_after_the_first_epoch_the_newest_run_per_count_and_this_recipe_only(tmp_path):
+    write_run(tmp_path, "a1", 1, [5.0, 10.0, 12.0, 11.0])  # median of 10, 12, 11: 11
+    write_run(tmp_path, "a2", 2, [9.0, 20.0, 19.0])  # median of 20, 19: 19.5
+    write_run(tmp_path, "b2", 2, [9.0, 18.0])  # one more 2-worker run of the same recipe
+    write_run(tmp_path, "other", 4, [40.0, 40.0], recipe="resnet18_cifar10")
+    (tmp_path / "broken").mkdir()  # a run that never finished: no metrics.json
+    import os
+
+    os.utime(tmp_path / "a2/train/metrics.jsonl", (1, 1))  # a2 is older than b2: b2 counts
+    points = scaling_points(tmp_path, "slowfast_tiny_synthetic")
+    assert [(p.run, p.workers, p.clips_per_s) for p in points] == [("a1", 1, 11.0), ("b2", 2, 18.0)]
+    assert points[1].speedup(points[0]) == pytest.approx(18 / 11)
+    assert points[1].efficiency(points[0]) == pytest.approx(9 / 11)
+
+
+@pytest.fixture
+def report(tmp_path) -> Path:
+    """A report of a 2-worker run beside a 1-worker run of the same recipe, with host checks."""
+    results = tmp_path / "results"
+    write_run(results, "one", 1, [5.0, 10.0, 10.0])
+    run = write_run(results, "two", 2, [9.0, 18.0, 19.0])
+    checks = tmp_path / "checks.json"
+    checks.write_text(json.dumps({"ok": False, "hosts": [
+        {"host": "root@10.0.0.11", "ok": True, "problems": [], "facts": {"python": "3.11.7", "torch": "2.14.1",
+                                                                          "clipflow": "0.1.0", "free_gb": 61.6}},
+        {"host": "root@10.0.0.12", "ok": False, "problems": ["port 9000 is taken"], "facts": {}}]}))  # fmt: skip
+    return write_report(inputs_of(run, results, checks), tmp_path / "out", run="two")
+
+
+def test_the_page_has_every_table_and_every_figure_non_empty(report):
+    page = report.read_text()
+    for heading in ("Evaluation", "Against the published results", "Per class", "Confusion matrix", "Training",
+                    "Throughput", "Scaling", "Cluster", "Host checks", "Dataset", "Left out (1)"):  # fmt: skip
+        assert f">{heading}" in page, heading
+    assert "video top-1 <b>75.00%</b>" in page and "+2.50 points" in page  # the summary line against the first
+    assert "<td>top-1</td><td>75.00</td><td>72.50</td><td>2.50</td><td>a paper, table 3</td>" in page
+    assert "<td>70.00 / 98.00</td>" in page  # clip level
+    per_class = page.split(">Per class", 1)[1].split("</table>", 1)[0]
+    assert per_class.index("<td>up</td>") < per_class.index("<td>left</td>") < per_class.index("<td>down</td>")
+    assert "<tr><td>2</td><td>up</td><td>4</td><td>50.00</td></tr>" in per_class  # worst first; no videos: last
+    assert "port 9000 is taken" in page and "FAILED" in page
+    assert "<td>videos/train/broken.mp4</td><td>no video stream</td>" in page
+    assert page.count('class="confusion"') == 1  # 4 classes: the table beside the figure
+    figures = embedded_figures(page)
+    assert sorted(figures) == ["confusion.png", "curves.png", "scaling.png", "throughput.png"]
+    for name, image in figures.items():
+        on_disk = report.parent / name
+        assert on_disk.stat().st_size > 10_000, name
+        assert image.width >= 600 and ink(image) > 0.02, name  # drawn, not blank
+        assert len(colour_columns(image, TAB_BLUE)) > 20, name  # the data itself is plotted
+    assert figures["curves.png"].width == 1300 and figures["throughput.png"].width == 1300
+
+
+def test_broken_inputs_are_named(tmp_path):
+    run = write_run(tmp_path / "results", "r", 1, [1.0])
+    out = tmp_path / "out"
+    (run / "x.json").write_text("{not json")
+    bad = {
+        "metrics file .*missing.json does not exist": {"metrics": run / "missing.json"},
+        "metrics file .*x.json is not readable JSON": {"metrics": run / "x.json"},
+        "cluster plan .*x.json is not readable JSON": {"plan": run / "x.json"},
+        "training history .*nothing.jsonl does not exist; run the train stage first": {"history": run / "nothing.jsonl"},
+    }  # fmt: skip
+    for message, change in bad.items():
+        inputs = inputs_of(run)
+        with pytest.raises(ClipflowError, match=message):
+            write_report(ReportInputs(**{**vars(inputs), **change}), out)
+    (run / "train/metrics.jsonl").write_text('{"epoch": 1}\nnot a line\n')
+    with pytest.raises(ClipflowError, match=r"metrics.jsonl line 2 is not JSON: 'not a line'"):
+        write_report(inputs_of(run), out)
+    (run / "train/metrics.jsonl").write_text("\n")
+    with pytest.raises(ClipflowError, match="has no epoch in it"):
+        write_report(inputs_of(run), out)
+    (run / "metrics.json").write_text(json.dumps({"recipe": "r", "top5": 1.0, "num_videos": 3}))
+    done = clipflow("report", "--metrics", str(run / "metrics.json"), "--history", str(run / "train/metrics.jsonl"),
+                    "--manifest", str(run / "manifest.json"), "--plan", str(run / "cluster/plan.json"),
+                    "--out-dir", str(out))  # fmt: skip
+    assert done.returncode == 2
+    assert "has no 'top1': is it the evaluate stage's output?" in done.stderr
+
+
+def screenshot(page: Path, out: Path, height: int = 6000) -> Path:
+    """``page`` as headless Chromium draws it, 1400 pixels wide."""
+    done = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--screenshot={out}",
+         f"--window-size=1400,{height}", page.resolve().as_uri()],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0 and out.exists(), done.stderr[-2000:]
+    return out
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium package is not installed (.ci/run installs it)")
+def test_chromium_shows_the_figures_at_full_width(report, tmp_path):
+    from PIL import Image
+
+    shot = Image.open(screenshot(report, tmp_path / "shot.png")).convert("RGB")
+    assert shot.width == 1400
+    assert ink(shot) > 0.02  # text, tables and figures, not an empty page (measured: 0.04 of 1400 x 6000)
+    blue = colour_columns(shot, TAB_BLUE)
+    # the figures' own blue (lines, bars, the confusion cells) spreads over most of the width: drawn at their
+    # 1,300 pixels, not shrunk to thumbnails
+    assert blue and max(blue) - min(blue) > 1000
