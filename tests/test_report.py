@@ -4,6 +4,7 @@ tables and figures, its broken inputs, and the page as headless Chromium shows i
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -77,7 +78,10 @@ def test_comparison_rows_are_in_percent_with_the_difference_in_points():
     rows = comparisons(metrics_for())
     # the first reference has no top-5, so no top-5 row; the second has both
     assert [(r.metric, r.reference, r.source) for r in rows] == [
-        ("top-1", 72.5, "a paper, table 3"), ("top-1", 76.0, "a model zoo"), ("top-5", 93.5, "a model zoo")]  # fmt: skip
+        ("top-1", 72.5, "a paper, table 3"),
+        ("top-1", 76.0, "a model zoo"),
+        ("top-5", 93.5, "a model zoo"),
+    ]
     assert rows[0].this_run == pytest.approx(75.0) and rows[0].difference == pytest.approx(2.5)
     assert rows[1].difference == pytest.approx(-1.0) and rows[2].difference == pytest.approx(6.5)
     assert rows[0].protocol == "10 clips x 3 crops"
@@ -93,8 +97,6 @@ def test_scaling_takes_the_median_after_the_first_epoch_the_newest_run_per_count
     write_run(tmp_path, "b2", 2, [9.0, 18.0])  # one more 2-worker run of the same recipe
     write_run(tmp_path, "other", 4, [40.0, 40.0], recipe="resnet18_cifar10")
     (tmp_path / "broken").mkdir()  # a run that never finished: no metrics.json
-    import os
-
     os.utime(tmp_path / "a2/train/metrics.jsonl", (1, 1))  # a2 is older than b2: b2 counts
     points = scaling_points(tmp_path, "slowfast_tiny_synthetic")
     assert [(p.run, p.workers, p.clips_per_s) for p in points] == [("a1", 1, 11.0), ("b2", 2, 18.0)]
@@ -148,7 +150,7 @@ def test_broken_inputs_are_named(tmp_path):
         "metrics file .*missing.json does not exist": {"metrics": run / "missing.json"},
         "metrics file .*x.json is not readable JSON": {"metrics": run / "x.json"},
         "cluster plan .*x.json is not readable JSON": {"plan": run / "x.json"},
-        "training history .*nothing.jsonl does not exist; run the train stage first": {"history": run / "nothing.jsonl"},
+        "history .*nothing.jsonl does not exist; run the train stage first": {"history": run / "nothing.jsonl"},
     }  # fmt: skip
     for message, change in bad.items():
         inputs = inputs_of(run)

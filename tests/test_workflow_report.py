@@ -1,0 +1,71 @@
+"""The embedded default through real Snakemake, twice (1 and 2 workers, the same recipe), then
+`snakemake --report`: the run's page inside it with its tables and non-empty figures, a scaling
+figure from the two runs, and the page as headless Chromium shows it."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+from conftest import copy_workflow
+from report_helpers import TAB_BLUE, colour_columns, embedded_figures, ink
+from test_report import CHROMIUM, screenshot
+from test_workflow import TINY, snakemake
+
+from clipflow.cluster.ports import free_port
+
+pytestmark = pytest.mark.workflow
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory) -> Path:
+    """The tiny default trained with 1 worker (run "one") and with 2 (run "two") on one data set."""
+    work = copy_workflow(tmp_path_factory.mktemp("flow"))
+    overrides = {**TINY["overrides"], "train": {**TINY["overrides"]["train"], "epochs": 2}}
+    for run, workers in (("one", 1), ("two", 2)):
+        cluster = {"root_port": free_port(), "heartbeat_timeout": 10, "num_workers": workers}
+        (work / "tiny.yaml").write_text(json.dumps({**TINY, "overrides": overrides, "run": run, "cluster": cluster}))
+        done = snakemake(work, "train_slowfast")
+        assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    return work
+
+
+def test_snakemake_report_holds_the_page_with_every_table_and_figure(two_runs):
+    done = snakemake(two_runs, "--report", "report.zip")
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    with zipfile.ZipFile(two_runs / "report.zip") as archive:
+        names = archive.namelist()
+        pages = [n for n in names if n.endswith("results/two/report/report.html")]
+        assert pages, names
+        page = archive.read(pages[0]).decode()
+        items = {Path(n).name: archive.read(n) for n in names if n.endswith(".png")}
+        assert any(n.endswith("report.html") and "results" not in n for n in names)  # Snakemake's own page
+    for name in ("curves.png", "throughput.png", "confusion.png"):  # report items of their own, with captions
+        assert len(items.get(name, b"")) > 10_000, (name, sorted(items))
+    for heading in ("Evaluation", "Against the published results", "Per class", "Confusion matrix", "Training",
+                    "Throughput", "Scaling", "Cluster", "Dataset"):  # fmt: skip
+        assert f">{heading}" in page, heading
+    metrics = json.loads((two_runs / "results/two/metrics.json").read_text())
+    assert f"video top-1 <b>{100 * metrics['top1']:.2f}%</b>" in page
+    assert "The recipe carries no reference result." not in page  # the tiny recipe has one, with top-1 null
+    assert "<td>one</td><td>1</td>" in page and "<td>two</td><td>2</td>" in page  # both runs in the scaling table
+    figures = embedded_figures(page)
+    assert sorted(figures) == ["confusion.png", "curves.png", "scaling.png", "throughput.png"]
+    for name, image in figures.items():
+        assert image.width >= 600 and ink(image) > 0.02 and colour_columns(image, TAB_BLUE), name
+    history = [json.loads(x) for x in (two_runs / "results/two/train/metrics.jsonl").read_text().splitlines()]
+    assert [w["rank"] for w in history[-1]["workers"]] == [0, 1]  # each worker's own speed, recorded
+    assert all(w["clips_per_s"] > 0 and w["step_time"] > 0 for w in history[-1]["workers"])
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium package is not installed (.ci/run installs it)")
+def test_chromium_draws_the_run_page_with_its_figures(two_runs, tmp_path):
+    from PIL import Image
+
+    shot = Image.open(screenshot(two_runs / "results/two/report/report.html", tmp_path / "shot.png")).convert("RGB")
+    assert ink(shot) > 0.02
+    blue = colour_columns(shot, TAB_BLUE)
+    assert blue and max(blue) - min(blue) > 1000  # the 1,300-pixel figures drawn at their size
+    (tmp_path / "shot.png").rename(two_runs / "results/two/report/screenshot.png")  # kept for a look by hand
