@@ -16,10 +16,11 @@ import atexit
 import os
 import sys
 import threading
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import IO
 
-from clipflow.checksums import record_checksum
+from clipflow.checksums import checksum_path, record_checksum
 
 ENV = "CLIPFLOW_HOST_LOG"
 FOLDER = "on-host"  # beside the launcher's logs of a run: <log-dir>/on-host/<role>-<rank>.log
@@ -59,14 +60,15 @@ class _Tee:
         return getattr(self._stream, name)
 
 
-def start_from_env(environ: dict[str, str] | os._Environ = os.environ) -> Path | None:
+def start_from_env(environ: MutableMapping[str, str] = os.environ) -> Path | None:
     """Tees stdout and stderr into ``$CLIPFLOW_HOST_LOG`` until exit; returns its path (None when unset)."""
-    raw = environ.get(ENV, "").strip()
+    raw = environ.pop(ENV, "").strip()  # this process's alone: a clipflow process it starts keeps no copy of it
     if not raw:
         return None
     path = Path(raw)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        checksum_path(path).unlink(missing_ok=True)  # an earlier run's: a killed process must leave none
         log = open(path, "w", encoding="utf-8", errors="replace")  # noqa: SIM115 (closed at exit)
     except OSError as exc:
         print(f"clipflow: warning: cannot keep this process's log in {ENV}={raw} ({exc})", file=sys.stderr)

@@ -59,6 +59,11 @@ class Outcome:
 
 
 def collect(plan: Plan, log_dir: str, checkpoint_root: str, model: str, out: Path, backend: str = "ps") -> Outcome:
+    rank0 = next((r for r in plan.roles if r.role == "worker" and r.rank == 0), None)
+    if rank0 is None:
+        raise ClipflowError(
+            f"the cluster plan places no worker 0 (hosts {', '.join(plan.hosts)}); rerun the cluster stage"
+        )
     out = Path(out)
     partial = out.with_name(out.name + ".partial")
     try:
@@ -68,7 +73,6 @@ def collect(plan: Plan, log_dir: str, checkpoint_root: str, model: str, out: Pat
         (partial / "checkpoints").mkdir()
     except OSError as exc:
         raise ClipflowError(f"cannot write the collection to --out {out} ({exc.strerror or exc})") from None
-    rank0 = next(r for r in plan.roles if r.role == "worker" and r.rank == 0)
     files: list[Collected] = []
     problems: list[str] = []
     for host in dict.fromkeys(r.host for r in plan.roles):

@@ -38,8 +38,8 @@ def checkpoint_name(epoch: int, iteration: int = 0) -> str:
 
 def atomic_save(obj: Any, path: str | Path) -> None:
     """Temp file in the same folder, fsync, rename, fsync the folder: a crash leaves the old file or the new one.
-    Then ``<path>.sha256`` records the file's checksum (a crash between the two leaves the file without one, or
-    with the old file's, which collection reports)."""
+    Then ``<path>.sha256`` records the file's checksum (a crash before that leaves the file without one, which
+    collection reports)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -48,6 +48,7 @@ def atomic_save(obj: Any, path: str | Path) -> None:
             torch.save(obj, fh)
             fh.flush()
             os.fsync(fh.fileno())
+        checksum_path(path).unlink(missing_ok=True)  # the old file's: never left beside the new one
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
