@@ -19,6 +19,7 @@ include: "workflow/rules/cluster.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/splits.smk"
 include: "workflow/rules/train.smk"
+include: "workflow/rules/collect.smk"
 include: "workflow/rules/evaluate.smk"
 
 

@@ -356,7 +356,11 @@ def test_the_tiny_recipe_trains_across_the_three_hosts_through_snakemake(
         src = repo / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, work / name)
     (work / "profiles").symlink_to("workflow/profiles")
+    python = work / "python-under-test"  # the roles on the hosts run this checkout's clipflow, whatever the venv has
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={repo / "src"} exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
     cluster = {
+        "python": str(python),
         "launcher": "ssh",
         "num_workers": 3,
         "num_servers": 3,
@@ -389,3 +393,52 @@ def test_the_tiny_recipe_trains_across_the_three_hosts_through_snakemake(
     metrics = json.loads((work / "results/hosts/metrics.json").read_text())
     assert 0.0 <= metrics["top1"] <= 1.0 and metrics["num_videos"] == TINY["data"]["synthetic"]["num_val"]
     assert _pids_left(ssh_hosts, 30) == {}
+    _collected_from_the_hosts_and_a_damaged_log_named(ssh_hosts, work, env)
+
+
+def _collected_from_the_hosts_and_a_damaged_log_named(ssh_hosts: NetnsHosts, work: Path, env: dict) -> None:  # noqa: F811
+    """The workflow's collect rule brought every role's log home from its host's own ~/clipflow-job, and rank 0's
+    files; with one byte added to host 2's worker log on that host, collecting again names the host and file."""
+    manifest = json.loads((work / "results/hosts/collected/manifest.json").read_text())
+    logs = {(f["role"], f["rank"]): f for f in manifest["files"] if f["kind"] == "log"}
+    assert len(logs) == 7 and manifest["verified"] is True  # scheduler, 3 servers, 3 workers
+    for r, h in enumerate(ssh_hosts.hosts):
+        got = logs[("worker", r)]
+        assert got["host"] == h.target and got["remote"] == f"~/clipflow-job/logs/hosts/train/on-host/worker-{r}.log"
+        on_host = h.home / "clipflow-job/logs/hosts/train/on-host" / f"worker-{r}.log"
+        assert got["sha256"] == hashlib.sha256(on_host.read_bytes()).hexdigest() == _sha(Path(work / got["local"]))
+    rank0 = {f["kind"]: f for f in manifest["files"] if f["kind"] != "log"}
+    assert {"model", "checkpoint", "best", "best_facts"} == set(rank0) and {f["host"] for f in rank0.values()} == {
+        ssh_hosts.hosts[0].target
+    }
+    assert rank0["checkpoint"]["remote"].endswith("/epoch_0002.pt")
+
+    damaged = ssh_hosts.hosts[1].home / "clipflow-job/logs/hosts/train/on-host/server-1.log"
+    with open(damaged, "ab") as fh:
+        fh.write(b"\n")
+    args = [
+        "--plan",
+        "results/hosts/cluster/plan.json",
+        "--log-dir",
+        "logs/hosts/train",
+        "--checkpoint-root",
+        "results/hosts/checkpoints",
+        "--model",
+        "results/hosts/train/model_final.pt",
+        "--out",
+        "results/again",
+    ]
+    again = subprocess.run([sys.executable, "-m", "clipflow", "collect", *args], cwd=work, env=env,
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert again.returncode == 2, again.stdout + again.stderr
+    problems = [line for line in again.stderr.splitlines() if line.startswith("clipflow: error: host ")]
+    assert len(problems) == 1, again.stderr
+    host = ssh_hosts.hosts[1]
+    assert problems[0].startswith(
+        f"clipflow: error: host {host.target}: ~/clipflow-job/logs/hosts/train/on-host/server-1.log: sha256 recorded "
+    ) and problems[0].endswith("damaged on the host or in transit")
+    assert host.address in problems[0] and not (work / "results/again/manifest.json").exists()
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()

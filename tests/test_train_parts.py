@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from clipflow.checksums import parse_checksum, sha256_of
 from clipflow.errors import ClipflowError
 from clipflow.train.checkpoint import CheckpointStore, atomic_save
 from clipflow.train.faults import FaultInjector, parse
@@ -64,7 +65,20 @@ def test_atomic_save_leaves_the_old_file_when_saving_fails(tmp_path):
     with pytest.raises(RuntimeError):
         atomic_save({"a": Unpicklable()}, target)
     assert torch.load(target, weights_only=False) == {"a": 1}
-    assert [p.name for p in tmp_path.iterdir()] == ["model.pt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pt", "model.pt.sha256"]
+    assert (tmp_path / "model.pt.sha256").read_text() == f"{sha256_of(target)}  model.pt\n"  # the old file's
+
+
+def test_pruned_checkpoints_take_their_checksums_along(tmp_path):
+    store = CheckpointStore(tmp_path, keep=2)
+    for epoch in (1, 2, 3):
+        store.save({"model": {}}, epoch)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "epoch_0002.pt", "epoch_0002.pt.sha256", "epoch_0003.pt", "epoch_0003.pt.sha256",
+    ]  # fmt: skip
+    assert parse_checksum((tmp_path / "epoch_0003.pt.sha256").read_text(), "epoch_0003.pt") == sha256_of(
+        tmp_path / "epoch_0003.pt"
+    )
 
 
 def test_fault_setting():

@@ -94,7 +94,7 @@ def test_dry_run_after_the_failure_plans_only_train_and_what_follows(workdir):
     done = snakemake(workdir, "-n", "train_slowfast")
     assert done.returncode == 0, done.stdout + done.stderr
     jobs = planned_jobs(done.stdout)
-    assert jobs == {"train": 1, "evaluate": 1, "report": 1, "train_slowfast": 1}
+    assert jobs == {"train": 1, "collect": 1, "evaluate": 1, "report": 1, "train_slowfast": 1}
     assert "Missing output files" in done.stdout
 
 
@@ -114,6 +114,11 @@ def test_rerun_resumes_from_the_epoch_1_checkpoint(workdir):
     assert (workdir / "results/tiny/report/curves.png").stat().st_size > 10_000
     assert "linear scaling rule: lr = base_lr 0.025 x global batch 8 (2 workers x 4) / base_batch 8 = 0.025" in log
     assert (workdir / "benchmarks/tiny/train.tsv").exists()
+    collected = json.loads((workdir / "results/tiny/collected/manifest.json").read_text())
+    plan = json.loads((workdir / "results/tiny/cluster/plan.json").read_text())
+    logged = sorted((f["role"], f["rank"]) for f in collected["files"] if f["kind"] == "log")
+    assert logged == sorted((r["role"], r["rank"]) for r in plan["roles"]) and collected["verified"] is True
+    assert {"model", "checkpoint"} <= {f["kind"] for f in collected["files"]}
 
 
 def test_second_run_has_nothing_to_do(workdir):

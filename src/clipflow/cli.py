@@ -442,12 +442,33 @@ def cmd_train_launch(a: argparse.Namespace) -> int:
     check_ports(plan)
     python = plan.python or sys.executable
     worker = [python, "-m", "clipflow", "train", "worker", *_worker_argv(a)]
-    code = Launcher(role_commands(plan, worker, backend=a.backend), a.log_dir, grace_s=a.grace).run()
+    commands = role_commands(plan, worker, backend=a.backend, log_dir=a.log_dir)
+    code = Launcher(commands, a.log_dir, grace_s=a.grace).run()
     if code:
         print(
             f"clipflow: error: training failed (exit {code}); rerun to resume from the last checkpoint", file=sys.stderr
         )
     return code
+
+
+def cmd_collect(a: argparse.Namespace) -> int:
+    """Every role's log and rank 0's final model and checkpoints, from their hosts, checksums verified."""
+    from clipflow.cluster.plan import Plan
+    from clipflow.collect.gather import MANIFEST, collect
+
+    plan = Plan.read(a.plan)
+    model, root = str(Path(a.model).absolute()), str(Path(a.checkpoint_root).absolute())  # as train launch gave them
+    outcome = collect(plan, a.log_dir, root, model, Path(a.out), a.backend)
+    if outcome.problems:
+        for problem in outcome.problems:
+            print(f"clipflow: error: {problem}", file=sys.stderr)
+        raise ClipflowError(
+            f"{len(outcome.problems)} problem(s) collecting the run: no {MANIFEST} written; the verified copies "
+            f"so far are in {outcome.partial}"
+        )
+    hosts = len({f.host for f in outcome.files})
+    print(f"collected {len(outcome.files)} files from {hosts} host(s), every sha256 verified: {outcome.out / MANIFEST}")
+    return 0
 
 
 def cmd_train_worker(a: argparse.Namespace) -> int:
@@ -723,6 +744,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_worker_args(p)
     p.set_defaults(func=cmd_train_worker)
 
+    p = sub.add_parser("collect", help="bring a run's logs, model and checkpoints home, checksums verified")
+    p.add_argument("--plan", required=True)
+    p.add_argument("--log-dir", required=True, help="train launch's --log-dir (the roles' own logs are under it)")
+    p.add_argument("--checkpoint-root", required=True, help="train launch's --checkpoint-root")
+    p.add_argument("--model", required=True, help="train launch's --model-out")
+    p.add_argument("--backend", default="ps", choices=["ps", "ddp"], help="train launch's --backend")
+    p.add_argument("--out", required=True, help="the collection folder; manifest.json in it when all verified")
+    p.set_defaults(func=cmd_collect)
+
     ps = sub.add_parser("ps", help="parameter server").add_subparsers(dest="action", required=True)
     p = ps.add_parser("role", help="run the scheduler or a server, as DMLC_ROLE says")
     p.set_defaults(func=cmd_ps_role)
@@ -763,6 +793,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from clipflow.host_log import start_from_env
+
+    start_from_env()  # a role started by the launcher keeps its own log on its host
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

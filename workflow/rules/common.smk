@@ -117,7 +117,7 @@ def cluster_ready():
 
 
 def final_outputs():
-    return [f"{RESULTS}/metrics.json", f"{RESULTS}/report/report.html"]
+    return [f"{RESULTS}/metrics.json", f"{RESULTS}/report/report.html", f"{RESULTS}/collected/manifest.json"]
 
 
 def source_lists(wildcards):

@@ -6,7 +6,8 @@ was made with. One made inside an epoch (train.save_every_iters) also holds how 
 iterations of it were done, the sampler's position and the epoch's totals so far; it
 is named ``epoch_EEEE_iter_IIIIII.pt``, an epoch's end ``epoch_EEEE.pt``. Files go to
 a folder of their own per fingerprint, which is not a declared output of the
-workflow, so a failed run never deletes them.
+workflow, so a failed run never deletes them. Every file saved here also gets its
+sha256 recorded beside it (``<file>.sha256``), which collection checks its copies with.
 """
 
 from __future__ import annotations
@@ -18,12 +19,27 @@ from typing import Any
 
 import torch
 
+from clipflow.checksums import checksum_path, record_checksum
+
 NAME = re.compile(r"^epoch_(\d{4,})(?:_iter_(\d{6,}))?\.pt$")
 Point = tuple[int, int]  # (epoch, iterations done in it; 0: the epoch is complete)
 
 
+def order_points(names: list[str]) -> list[Point]:
+    """The (epoch, iteration) of every checkpoint name among ``names``, oldest first: inside epoch e comes after
+    e - 1's end."""
+    found = [(int(m.group(1)), int(m.group(2) or 0)) for name in names if (m := NAME.match(name))]
+    return sorted(found, key=lambda point: (point[0] - 1, point[1]) if point[1] else (point[0], 0))
+
+
+def checkpoint_name(epoch: int, iteration: int = 0) -> str:
+    return f"epoch_{epoch:04d}_iter_{iteration:06d}.pt" if iteration else f"epoch_{epoch:04d}.pt"
+
+
 def atomic_save(obj: Any, path: str | Path) -> None:
-    """Temp file in the same folder, fsync, rename, fsync the folder: a crash leaves the old file or the new one."""
+    """Temp file in the same folder, fsync, rename, fsync the folder: a crash leaves the old file or the new one.
+    Then ``<path>.sha256`` records the file's checksum (a crash before that leaves the file without one, which
+    collection reports)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -32,9 +48,11 @@ def atomic_save(obj: Any, path: str | Path) -> None:
             torch.save(obj, fh)
             fh.flush()
             os.fsync(fh.fileno())
+        checksum_path(path).unlink(missing_ok=True)  # the old file's: never left beside the new one
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+    record_checksum(path)
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
@@ -49,14 +67,13 @@ class CheckpointStore:
         self.log = log
 
     def path(self, epoch: int, iteration: int = 0) -> Path:
-        return self.folder / (f"epoch_{epoch:04d}_iter_{iteration:06d}.pt" if iteration else f"epoch_{epoch:04d}.pt")
+        return self.folder / checkpoint_name(epoch, iteration)
 
     def points(self) -> list[Point]:
         """The (epoch, iteration) of every checkpoint here, oldest first: inside epoch e comes after e - 1's end."""
         if not self.folder.is_dir():
             return []
-        found = [(int(m.group(1)), int(m.group(2) or 0)) for p in self.folder.iterdir() if (m := NAME.match(p.name))]
-        return sorted(found, key=lambda point: (point[0] - 1, point[1]) if point[1] else (point[0], 0))
+        return order_points([p.name for p in self.folder.iterdir()])
 
     def epochs(self) -> list[int]:
         """The epochs whose end has a checkpoint."""
@@ -67,6 +84,7 @@ class CheckpointStore:
         atomic_save(state, path)
         for old in self.points()[: -self.keep]:
             self.path(*old).unlink(missing_ok=True)
+            checksum_path(self.path(*old)).unlink(missing_ok=True)
         return path
 
     def load_newest(self) -> tuple[dict, Path] | None:

@@ -4,8 +4,10 @@ On the parameter server (back end ``ps``) roles find each other through the
 variables MXNet users know (DMLC_*); with ``ddp`` only the workers run, with the
 variables torchrun sets (MASTER_ADDR and MASTER_PORT: worker 0's address and the
 plan's root port; RANK, WORLD_SIZE, LOCAL_WORLD_SIZE). Every worker gets LOCAL_RANK,
-its index on its host, which picks its GPU (clipflow.train.device). The environment
-is built here from an explicit list, never inherited piecemeal.
+its index on its host, which picks its GPU (clipflow.train.device). Given the
+launcher's log folder, every role also gets CLIPFLOW_HOST_LOG, the log it keeps on its
+own host (:mod:`clipflow.host_log`). The environment is built here from an explicit
+list, never inherited piecemeal.
 
 * ``local``: the role's process runs here with that environment.
 * ``ssh``: the OpenSSH client runs ``python -m clipflow.cluster.remote_exec`` on the
@@ -28,6 +30,8 @@ from clipflow.cluster.plan import Plan, Role
 from clipflow.cluster.remote_exec import request_line
 from clipflow.cluster.slurm import srun_argv
 from clipflow.cluster.ssh import ssh_argv
+from clipflow.host_log import ENV as HOST_LOG_ENV
+from clipflow.host_log import host_log_path
 from clipflow.train.launcher import RoleCommand
 
 
@@ -60,12 +64,17 @@ def ddp_environment(plan: Plan, role: Role, local_size: int) -> dict[str, str]:
 
 
 def role_commands(
-    plan: Plan, worker_argv: Sequence[str], extra_env: Mapping[str, str] | None = None, backend: str = "ps"
+    plan: Plan,
+    worker_argv: Sequence[str],
+    extra_env: Mapping[str, str] | None = None,
+    backend: str = "ps",
+    log_dir: str = "",
 ) -> list[RoleCommand]:
     """Workers run ``worker_argv`` (a full command line); with ``backend`` ps the scheduler and servers
     run `clipflow ps role`, with ddp there are none.
 
-    ``extra_env`` (the launcher's ``--env K=V``) is added to every role's environment.
+    ``extra_env`` (the launcher's ``--env K=V``) is added to every role's environment. With ``log_dir``
+    (the launcher's), each role keeps its own log on its host (:func:`clipflow.host_log.host_log_path`).
     """
     python = plan.python or sys.executable
     per_host: dict[str, int] = {}
@@ -80,6 +89,8 @@ def role_commands(
             continue
         env = ddp_environment(plan, r, per_host[r.host]) if backend == "ddp" else ps_environment(plan, r)
         env.update(extra_env or {})
+        if log_dir:
+            env[HOST_LOG_ENV] = host_log_path(log_dir, r.role, r.rank)
         if r.role == "worker":
             env["LOCAL_RANK"] = str(local_rank[r.rank])  # its GPU, when the host has GPUs
             env["CLIPFLOW_WORKERS_ON_HOST"] = str(per_host[r.host])  # the worker divides its host's cores

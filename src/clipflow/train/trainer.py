@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from clipflow.checksums import record_checksum
 from clipflow.data.dataset import SlowFastClips
 from clipflow.data.loader import make_loader
 from clipflow.data.sampling import ClipSpec
@@ -294,6 +295,7 @@ class Trainer:
         self.best_top1 = val["val_top1"]
         atomic_save({"model": self.model.state_dict(), "recipe": self.recipe, "epoch": epoch, **val}, self.best_path)
         write_text_atomic(self.best_path.with_suffix(".json"), json.dumps({"epoch": epoch, **val}) + "\n")
+        record_checksum(self.best_path.with_suffix(".json"))  # collected with best.pt
         self.log(f"best val top-1 so far: {self.best_path} (epoch {epoch})")
 
     # -- the loop --------------------------------------------------------------------------------

@@ -1,0 +1,167 @@
+"""What collection brings home from each host of a plan, and the checks on every copy.
+
+From every host: the log each role placed there kept (:mod:`clipflow.host_log`). From worker 0's host (rank 0
+writes the checkpoints): the final model, best.pt and best.json when validation saved them, and the newest
+checkpoint of the run's checkpoint folder (the one under the checkpoint root whose run.json is newest). Each
+file comes with the ``.sha256`` its writer recorded; the copy's sha256 must equal it. Copies go to
+``<out>.partial/``, which becomes ``<out>/`` with ``manifest.json`` only when every file is verified; otherwise
+``<out>/`` holds no manifest and every problem is reported, each naming its host and file.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from clipflow.checksums import SUFFIX, parse_checksum, sha256_of
+from clipflow.cluster.plan import Plan, Role
+from clipflow.collect.hostfiles import open_host
+from clipflow.errors import ClipflowError
+from clipflow.files import write_text_atomic
+from clipflow.host_log import host_log_path
+from clipflow.train.checkpoint import checkpoint_name, order_points
+from clipflow.train.trainer import RUN_FACTS
+
+MANIFEST = "manifest.json"
+
+
+@dataclass
+class Wanted:
+    kind: str  # log | model | checkpoint | best | best_facts
+    remote: str  # as the writer named it on its host
+    local: str  # under the collection folder
+    role: str | None = None
+    rank: int | None = None
+
+
+@dataclass
+class Collected:
+    host: str
+    kind: str
+    role: str | None
+    rank: int | None
+    remote: str
+    local: str
+    sha256: str
+    bytes: int
+    verified: bool
+
+
+@dataclass
+class Outcome:
+    files: list[Collected]
+    problems: list[str]
+    out: Path
+    partial: Path
+
+
+def collect(plan: Plan, log_dir: str, checkpoint_root: str, model: str, out: Path, backend: str = "ps") -> Outcome:
+    rank0 = next((r for r in plan.roles if r.role == "worker" and r.rank == 0), None)
+    if rank0 is None:
+        raise ClipflowError(
+            f"the cluster plan places no worker 0 (hosts {', '.join(plan.hosts)}); rerun the cluster stage"
+        )
+    out = Path(out)
+    partial = out.with_name(out.name + ".partial")
+    try:
+        (out / MANIFEST).unlink(missing_ok=True)  # an earlier collection must not pass for this one
+        shutil.rmtree(partial, ignore_errors=True)
+        (partial / "logs").mkdir(parents=True)
+        (partial / "checkpoints").mkdir()
+    except OSError as exc:
+        raise ClipflowError(f"cannot write the collection to --out {out} ({exc.strerror or exc})") from None
+    files: list[Collected] = []
+    problems: list[str] = []
+    for host in dict.fromkeys(r.host for r in plan.roles):
+        roles = [r for r in plan.roles if r.host == host and (backend == "ps" or r.role == "worker")]
+        if not roles:
+            continue
+        try:
+            where = open_host(plan, host)
+        except ClipflowError as exc:
+            problems.append(f"host {host}: cannot reach it to collect its files: {exc}")
+            continue
+        try:
+            wanted = [_log(r, log_dir) for r in roles]
+            if host == rank0.host:
+                wanted += _rank0_files(where, checkpoint_root, model, problems)
+            for item in wanted:
+                got = _fetch(where, item, partial, problems)
+                if got:
+                    files.append(got)
+        finally:
+            where.close()
+    if not problems:
+        shutil.rmtree(out, ignore_errors=True)
+        partial.rename(out)
+        for f in files:
+            f.local = str(out / Path(f.local).relative_to(partial))
+        manifest = {"plan": plan.hosts, "verified": True, "files": [asdict(f) for f in files]}
+        write_text_atomic(out / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+    return Outcome(files, problems, out, partial)
+
+
+def _log(role: Role, log_dir: str) -> Wanted:
+    name = f"{role.role}-{role.rank}.log"
+    return Wanted("log", host_log_path(log_dir, role.role, role.rank), f"logs/{name}", role.role, role.rank)
+
+
+def _rank0_files(where, checkpoint_root: str, model: str, problems: list[str]) -> list[Wanted]:
+    """The final model, and from the run's checkpoint folder the newest checkpoint and best.pt/best.json."""
+    wanted = [Wanted("model", model, posixpath.basename(model))]
+    runs = [f"{checkpoint_root}/{name}" for name in where.subfolders(checkpoint_root)]
+    runs = [run for run in runs if where.exists(f"{run}/{RUN_FACTS}")]
+    if not runs:
+        problems.append(
+            f"host {where.host}: {where.shown(checkpoint_root)}: no checkpoint folder of a run (none holds "
+            f"{RUN_FACTS}); is --checkpoint-root the one training wrote to?"
+        )
+        return wanted
+    run = max(runs, key=lambda r: where.mtime(f"{r}/{RUN_FACTS}"))
+    names = where.names(run)
+    points = order_points(names)
+    if points:
+        name = checkpoint_name(*points[-1])
+        wanted.append(Wanted("checkpoint", f"{run}/{name}", f"checkpoints/{name}"))
+    else:
+        problems.append(f"host {where.host}: {where.shown(run)}: no checkpoint (epoch_*.pt) in the run's folder")
+    if "best.pt" in names or "best.json" in names:  # saved when validation ran
+        wanted += [Wanted("best", f"{run}/best.pt", "checkpoints/best.pt"),
+                   Wanted("best_facts", f"{run}/best.json", "checkpoints/best.json")]  # fmt: skip
+    return wanted
+
+
+def _fetch(where, item: Wanted, partial: Path, problems: list[str]) -> Collected | None:
+    shown = f"host {where.host}: {where.shown(item.remote)}"
+    if not where.exists(item.remote):
+        problems.append(f"{shown}: missing")
+        return None
+    if not where.exists(item.remote + SUFFIX):
+        problems.append(
+            f"{shown}: no checksum {posixpath.basename(item.remote)}{SUFFIX} beside it: its writer did not finish "
+            "(killed?) or it was not written by this clipflow"
+        )
+        return None
+    try:
+        recorded = parse_checksum(where.read_text(item.remote + SUFFIX), posixpath.basename(item.remote))
+    except (OSError, ValueError) as exc:
+        problems.append(f"{shown}{SUFFIX}: unreadable checksum ({exc})")
+        return None
+    local = partial / item.local
+    try:
+        where.copy(item.remote, local)
+    except OSError as exc:
+        problems.append(f"{shown}: the copy failed ({exc})")
+        return None
+    copied = sha256_of(local)
+    if copied != recorded:
+        problems.append(
+            f"{shown}: sha256 recorded {recorded[:12]}... but the copy has {copied[:12]}...: damaged on the host "
+            "or in transit"
+        )
+        return None
+    return Collected(where.host, item.kind, item.role, item.rank, where.shown(item.remote), str(local), copied,
+                     local.stat().st_size, True)  # fmt: skip

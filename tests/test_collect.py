@@ -1,0 +1,126 @@
+"""`clipflow collect` after a real short training on this machine: every role's log and rank 0's model and
+checkpoints come home with the checksums their writers recorded; a damaged or unrecorded file is named."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import python_env
+from test_train_launch import TINY, launch, two_splits
+
+from clipflow.data.listfile import VideoEntry, read_list, write_list
+from clipflow.data.scan import scan
+
+ROLES = ["scheduler-0", "server-0", "worker-0", "worker-1"]  # the plan's default: one server
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, tiny_videos) -> Path:
+    """Two epochs of two workers and a server, validated each epoch (so best.pt is kept)."""
+    run = tmp_path_factory.mktemp("collect")
+    splits = two_splits(run, tiny_videos)
+    val = [VideoEntry(r.path, r.label, r.num_frames)
+           for r in scan(read_list(tiny_videos / "val_labels.txt"), tiny_videos, workers=2)]  # fmt: skip
+    write_list(run / "val.lst", val)
+    two = {**TINY, "train": {**TINY["train"], "epochs": 2, "eval_every": 1}}
+    done = launch(run, tiny_videos, splits, "--val-list", str(run / "val.lst"), overrides=two)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return run
+
+
+def collect(run: Path, out: Path, plan: Path | None = None) -> subprocess.CompletedProcess:
+    args = ["--plan", str(plan or run / "plan.json"), "--log-dir", str(run / "logs"), "--checkpoint-root",
+            str(run / "ckpt"), "--model", str(run / "model.pt"), "--out", str(out)]  # fmt: skip
+    return subprocess.run([sys.executable, "-m", "clipflow", "collect", *args], env=python_env(), capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_every_log_and_the_checkpoints_come_home_verified(trained: Path) -> None:
+    out = trained / "results" / "collected"
+    done = collect(trained, out)
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["verified"] is True
+    files = manifest["files"]
+    logs = {f"{f['role']}-{f['rank']}": f for f in files if f["kind"] == "log"}
+    assert sorted(logs) == ROLES
+    assert {f["kind"] for f in files} == {"log", "model", "checkpoint", "best", "best_facts"}
+    folder = next((trained / "ckpt").iterdir())
+    remote = {f["kind"]: f["remote"] for f in files}
+    assert remote["checkpoint"] == str(folder / "epoch_0002.pt") and remote["model"] == str(trained / "model.pt")
+    for f in files:
+        assert f["host"] == "localhost" and f["verified"] is True
+        assert f["sha256"] == sha(Path(f["remote"])) == sha(Path(f["local"])), f
+        assert f["bytes"] == Path(f["local"]).stat().st_size and Path(f["local"]).is_relative_to(out)
+    # the role's own log holds what the launcher's log got from it
+    worker0 = Path(logs["worker-0"]["local"]).read_text()
+    assert "final model" in worker0 and worker0 == (trained / "logs" / "worker-0.log").read_text()
+    assert (trained / "logs" / "on-host" / "worker-0.log.sha256").read_text().split() == [
+        logs["worker-0"]["sha256"], "worker-0.log",
+    ]  # fmt: skip
+    assert "collected 8 files from 1 host(s), every sha256 verified" in done.stdout
+
+
+def test_a_damaged_log_a_truncated_checkpoint_and_a_missing_checksum_are_each_named(trained: Path) -> None:
+    log = trained / "logs" / "on-host" / "worker-0.log"  # worker 1 and the PS roles print nothing here
+    folder = next((trained / "ckpt").iterdir())
+    best = folder / "best.pt"
+    originals = {p: p.read_bytes() for p in (log, best)}
+    server_sum = trained / "logs" / "on-host" / "server-0.log.sha256"
+    kept_sum = server_sum.read_bytes()
+    out = trained / "damaged" / "collected"
+    try:
+        data = bytearray(originals[log])
+        data[len(data) // 2] ^= 0x01  # one flipped bit
+        log.write_bytes(bytes(data))
+        best.write_bytes(originals[best][: len(originals[best]) // 2])
+        server_sum.unlink()
+        done = collect(trained, out)
+    finally:
+        for path, data in originals.items():
+            path.write_bytes(data)
+        server_sum.write_bytes(kept_sum)
+    assert done.returncode == 2, done.stdout + done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("clipflow: error: ")]
+    assert len(errors) == 4, done.stderr  # three problems, all named, then the summary
+    recorded = hashlib.sha256(originals[log]).hexdigest()[:12]
+    damaged = next(line for line in errors if f"host localhost: {log}: " in line)
+    assert f"sha256 recorded {recorded}... but the copy has " in damaged
+    assert damaged.endswith(": damaged on the host or in transit")
+    assert f"host localhost: {trained / 'logs' / 'on-host' / 'server-0.log'}: no checksum server-0.log.sha256" in (
+        done.stderr
+    )
+    assert f"host localhost: {best}: sha256 recorded {sha(best)[:12]}... but the copy has" in done.stderr
+    assert "3 problem(s) collecting the run: no manifest.json written" in errors[-1]
+    assert not (out / "manifest.json").exists()  # nothing partly collected passes for complete
+    again = collect(trained, out)  # once mended, the same folder is complete
+    assert again.returncode == 0, again.stderr
+    assert json.loads((out / "manifest.json").read_text())["verified"] is True
+
+
+def test_a_missing_file_a_bad_plan_and_an_unwritable_out_are_named(trained: Path, tmp_path: Path) -> None:
+    missing = collect(trained, tmp_path / "c", plan=tmp_path / "nope.json")
+    assert missing.returncode == 2 and f"cluster plan {tmp_path / 'nope.json'} cannot be read" in missing.stderr
+    (tmp_path / "bad.json").write_text('{"launcher": "local"')
+    broken = collect(trained, tmp_path / "c", plan=tmp_path / "bad.json")
+    assert broken.returncode == 2 and f"cluster plan {tmp_path / 'bad.json'} cannot be read" in broken.stderr
+    (tmp_path / "file").write_text("not a folder")
+    unwritable = collect(trained, tmp_path / "file" / "collected")
+    assert unwritable.returncode == 2
+    assert f"cannot write the collection to --out {tmp_path / 'file' / 'collected'}" in unwritable.stderr
+    model = trained / "model.pt"
+    model.rename(tmp_path / "away.pt")
+    try:
+        gone = collect(trained, tmp_path / "c")
+    finally:
+        (tmp_path / "away.pt").rename(model)
+    assert gone.returncode == 2 and f"clipflow: error: host localhost: {model}: missing" in gone.stderr
