@@ -115,13 +115,21 @@ def report(tmp_path) -> Path:
         {"host": "root@10.0.0.11", "ok": True, "problems": [], "facts": {"python": "3.11.7", "torch": "2.14.1",
                                                                           "clipflow": "0.1.0", "free_gb": 61.6}},
         {"host": "root@10.0.0.12", "ok": False, "problems": ["port 9000 is taken"], "facts": {}}]}))  # fmt: skip
-    return write_report(inputs_of(run, results, checks), tmp_path / "out", run="two")
+    collected = tmp_path / "collected.json"
+    collected.write_text(json.dumps({"verified": True, "files": [
+        {"host": "root@10.0.0.11", "kind": "log", "role": "worker", "rank": 0, "remote": "~/job/logs/worker-0.log",
+         "local": "root@10.0.0.11/worker-0.log", "sha256": "ab" * 32, "bytes": 5120, "verified": True},
+        {"host": "root@10.0.0.11", "kind": "model", "role": None, "rank": None, "remote": "/r/model_final.pt",
+         "local": "root@10.0.0.11/model_final.pt", "sha256": "cd" * 32, "bytes": 901, "verified": True}]}))  # fmt: skip
+    inputs = ReportInputs(**{**vars(inputs_of(run, results, checks)), "collected": collected})
+    return write_report(inputs, tmp_path / "out", run="two")
 
 
 def test_the_page_has_every_table_and_every_figure_non_empty(report):
     page = report.read_text()
     for heading in ("Evaluation", "Against the published results", "Per class", "Confusion matrix", "Training",
-                    "Throughput", "Scaling", "Cluster", "Host checks", "Dataset", "Left out (1)"):  # fmt: skip
+                    "Throughput", "Scaling", "Cluster", "Host checks", "Collected files", "Dataset",
+                    "Left out (1)"):  # fmt: skip
         assert f">{heading}" in page, heading
     assert "video top-1 <b>75.00%</b>" in page and "+2.50 points" in page  # the summary line against the first
     assert "<td>top-1</td><td>75.00</td><td>72.50</td><td>2.50</td><td>a paper, table 3</td>" in page
@@ -131,6 +139,8 @@ def test_the_page_has_every_table_and_every_figure_non_empty(report):
     assert "<tr><td>2</td><td>up</td><td>4</td><td>50.00</td></tr>" in per_class  # worst first; no videos: last
     assert "port 9000 is taken" in page and "FAILED" in page
     assert "<td>videos/train/broken.mp4</td><td>no video stream</td>" in page
+    assert "<td>root@10.0.0.11</td><td>log</td><td>worker 0</td><td>root@10.0.0.11/worker-0.log</td><td>5120</td>" \
+           f"<td>{'ab' * 8}</td><td>yes</td>" in page  # fmt: skip
     assert page.count('class="confusion"') == 1  # 4 classes: the table beside the figure
     figures = embedded_figures(page)
     assert sorted(figures) == ["confusion.png", "curves.png", "scaling.png", "throughput.png"]

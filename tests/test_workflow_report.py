@@ -45,7 +45,7 @@ def test_snakemake_report_holds_the_page_with_every_table_and_figure(two_runs):
     for name in ("curves.png", "throughput.png", "confusion.png"):  # report items of their own, with captions
         assert len(items.get(name, b"")) > 10_000, (name, sorted(items))
     for heading in ("Evaluation", "Against the published results", "Per class", "Confusion matrix", "Training",
-                    "Throughput", "Scaling", "Cluster", "Dataset"):  # fmt: skip
+                    "Throughput", "Scaling", "Cluster", "Collected files", "Dataset"):  # fmt: skip
         assert f">{heading}" in page, heading
     metrics = json.loads((two_runs / "results/two/metrics.json").read_text())
     assert f"video top-1 <b>{100 * metrics['top1']:.2f}%</b>" in page

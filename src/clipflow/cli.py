@@ -568,8 +568,8 @@ def cmd_status(a: argparse.Namespace) -> int:
 def cmd_report(a: argparse.Namespace) -> int:
     from clipflow.report.page import ReportInputs, write_report
 
-    inputs = ReportInputs(Path(a.metrics), Path(a.history), Path(a.manifest), Path(a.plan),
-                          Path(a.checks) if a.checks else None, Path(a.results) if a.results else None)  # fmt: skip
+    optional = {name: Path(value) for name in ("checks", "results", "collected") if (value := getattr(a, name))}
+    inputs = ReportInputs(Path(a.metrics), Path(a.history), Path(a.manifest), Path(a.plan), **optional)
     out = write_report(inputs, a.out_dir, run=a.run)
     print(f"report: {out}")
     return 0
@@ -780,6 +780,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plan", required=True)
     p.add_argument("--checks", default="", help="the host checks (cluster/checks.json), when the run had them")
     p.add_argument("--results", default="", help="the folder of all runs: a scaling figure from those of this recipe")
+    p.add_argument("--collected", default="", help="collect's manifest.json: the files brought home")
     p.add_argument("--run", default="", help="the run's name, for the title")
     p.add_argument("--out-dir", required=True)
     p.set_defaults(func=cmd_report)

@@ -27,6 +27,7 @@ rule report:
         manifest=f"{INDEX}/manifest.json",
         plan=ancient(f"{RESULTS}/cluster/plan.json"),
         checks=[ancient(path) for path in cluster_ready() if path.endswith("checks.json")],
+        collected=rules.collect.output.manifest,
     output:
         html=report(f"{RESULTS}/report/report.html", caption="../report/report.rst", category="Report"),
         curves=report(f"{RESULTS}/report/curves.png", caption="../report/curves.rst", category="Training"),
@@ -42,5 +43,6 @@ rule report:
         "../../environment.yml"
     shell:
         "python -m clipflow report --metrics {input.metrics:q} --history {input.history:q}"
-        " --manifest {input.manifest:q} --plan {input.plan:q} {params.checks} --results results --run {params.run:q}"
+        " --manifest {input.manifest:q} --plan {input.plan:q} {params.checks} --collected {input.collected:q}"
+        " --results results --run {params.run:q}"
         " --out-dir {params.out:q} > {log:q} 2>&1"

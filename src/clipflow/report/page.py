@@ -4,7 +4,8 @@ so the one file shows everything wherever it is opened, Snakemake's report inclu
 Sections: the result against the references, the evaluation (clip and video level, per class,
 confusion), training curves, throughput (per worker, data against compute), scaling (when
 finished runs of the same recipe with other worker counts sit beside this one under
-``results/``), the cluster plan and host checks, and the dataset manifest.
+``results/``), the cluster plan and host checks, the files collected from the hosts with their
+checksums, and the dataset manifest.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class ReportInputs:
     plan: Path  # cluster/plan.json
     checks: Path | None = None  # cluster/checks.json (ssh launcher)
     results: Path | None = None  # the folder of all runs, for the scaling figure
+    collected: Path | None = None  # collect's manifest.json: the files brought home, checksums verified
 
 
 def _read_json(path: Path, what: str) -> dict:
@@ -173,6 +175,18 @@ def _cluster(plan: dict, checks: dict | None) -> str:
     return part
 
 
+def _collected(collected: dict | None) -> str:
+    if not collected:
+        return ""
+    rows = []
+    for f in collected.get("files", []):
+        process = "" if f.get("role") is None else f"{f['role']} {f['rank']}"
+        verified = "yes" if f["verified"] else "NO"
+        rows.append([f["host"], f["kind"], process, f["local"], f["bytes"], f["sha256"][:16], verified])
+    header = ["host", "kind", "process", "file", "bytes", "sha256 (first 16)", "checksum verified"]
+    return "<h2>Collected files</h2>" + table(header, rows)
+
+
 def _dataset(manifest: dict) -> str:
     unit = "images" if manifest.get("kind") == "image" else "videos"
     rows = [[split, s.get(unit), s.get("failed"), len(s.get("per_class") or {}),
@@ -199,6 +213,7 @@ def write_report(inputs: ReportInputs, out_dir: str | Path, run: str = "") -> Pa
     manifest = _read_json(inputs.manifest, "dataset manifest")
     plan = _read_json(inputs.plan, "cluster plan")
     checks = _read_json(inputs.checks, "host checks") if inputs.checks else None
+    collected = _read_json(inputs.collected, "collection manifest") if inputs.collected else None
     title = f"clipflow run {run or metrics['recipe']}: {metrics['recipe']}"
     body = "".join([
         f"<h1>{html.escape(title)}</h1>",
@@ -208,6 +223,7 @@ def write_report(inputs: ReportInputs, out_dir: str | Path, run: str = "") -> Pa
         _throughput(history, out),
         _scaling(inputs.results, metrics["recipe"], out),
         _cluster(plan, checks),
+        _collected(collected),
         _dataset(manifest),
     ])  # fmt: skip
     page = (f'<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
