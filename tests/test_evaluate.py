@@ -171,7 +171,8 @@ def test_bad_input_is_named_before_any_worker_starts(tmp_path, video_run):
     cases = [
         (plan, garbage, val, [], f"model file {garbage} cannot be loaded"),
         (plan, model, tmp_path / "malformed.lst", [], f"{tmp_path / 'malformed.lst'} line 2"),
-        (plan, model, tmp_path / "missing.lst", [], f"listed in {tmp_path / 'missing.lst'} line 2) does not exist"),
+        (plan, model, tmp_path / "missing.lst", [], f"video {root / 'videos/val/nope.mp4'} (listed in "
+                                                    f"{tmp_path / 'missing.lst'} line 2) does not exist"),
         (plan, model, tmp_path / "label.lst", [], f"{tmp_path / 'label.lst'} line 2: label 8, but the model "
                                                   "(slowfast_tiny_synthetic) has 8 classes"),
         (plan, model, val, ["--batch-size", "0"], "--batch-size must be >= 1 (views a forward pass), got 0"),
