@@ -118,7 +118,8 @@ def test_one_and_two_workers_give_the_same_test_protocol_numbers(tmp_path, video
 
 
 def test_one_process_form_and_a_ps_plan_give_the_same_numbers(tmp_path, video_run):
-    """`clipflow evaluate` without a plan is one worker; a ps plan (scheduler, servers) starts only its workers."""
+    """`clipflow evaluate` without a plan is one worker; a ps plan (scheduler, servers) starts only its workers; loader
+    processes and the batch size change nothing."""
     work, model, root = video_run
     val = work / "index/val.lst"
     alone = clipflow_evaluate("--model", str(model), "--list", str(val), "--root", str(root),
@@ -127,7 +128,9 @@ def test_one_process_form_and_a_ps_plan_give_the_same_numbers(tmp_path, video_ru
     assert "test protocol (2 clips x 3 crops" in alone.stdout
     plan = make_plan(tmp_path, 2)
     assert {r["role"] for r in json.loads(plan.read_text())["roles"]} == {"scheduler", "server", "worker"}
-    done = launch(tmp_path, plan, model, val, root, "ps.json", "--batch-size", "13")
+    loading = {**SMALL_VIDEO, "train": {"loader_workers": 2}}  # the same weights, decoded by loader processes
+    same = save_untrained(tmp_path / "same.pt", "slowfast_tiny_synthetic", loading)
+    done = launch(tmp_path, plan, same, val, root, "ps.json", "--batch-size", "13")
     assert done.returncode == 0, done.stdout + done.stderr
     assert sorted(p.name for p in (tmp_path / "logs_ps.json").iterdir()) == ["worker-0.log", "worker-1.log"]
     a, b = (json.loads((tmp_path / name).read_text()) for name in ("alone.json", "ps.json"))

@@ -98,7 +98,9 @@ def evaluate(
     n, classes = len(dataset), recipe["model"]["num_classes"]
     names = class_names(list_path, classes)  # a bad class index fails before the scoring, on every worker
     share = list(range(comm.rank, n, comm.num_workers))
-    scored = score_videos(model, dataset, share, batch_size or recipe["train"]["eval_batch_size"], device, classes)
+    t = recipe["train"]
+    scored = score_videos(model, dataset, share, batch_size or t["eval_batch_size"], device, classes,
+                          t.get("loader_workers", 0), t.get("loader_prefetch", 2))  # fmt: skip
     gathered = [torch.zeros(n, classes, dtype=torch.float64), torch.zeros(n, 2, dtype=torch.int64),
                 torch.zeros(n, dtype=torch.float64)]  # fmt: skip
     for name, whole, mine in zip(("probs", "hits", "loss"), gathered, scored, strict=True):

@@ -40,14 +40,22 @@ def videos_per_batch(batch_size: int, views: int) -> int:
 
 
 def score_videos(
-    model: torch.nn.Module, dataset, share: Sequence[int], batch_size: int, device: torch.device, classes: int
+    model: torch.nn.Module,
+    dataset,
+    share: Sequence[int],
+    batch_size: int,
+    device: torch.device,
+    classes: int,
+    loader_workers: int = 0,
+    prefetch: int = 2,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """For the videos ``share`` (indices of ``dataset``, in test mode), in that order: mean probabilities
-    [n, classes] (float64), view hits [n, 2] (int64: top-1, top-k) and loss [n] (float64)."""
+    [n, classes] (float64), view hits [n, 2] (int64: top-1, top-k) and loss [n] (float64).
+    ``loader_workers`` processes decode ahead (the recipe's train.loader_workers; test views are not random)."""
     views = dataset.views
     k = top_k(classes)
-    loader = make_loader(dataset, videos_per_batch(batch_size, views), list(share), workers=0, drop_last=False,
-                         device=device)  # fmt: skip
+    loader = make_loader(dataset, videos_per_batch(batch_size, views), list(share), loader_workers, prefetch,
+                         drop_last=False, device=device, persistent=False)  # fmt: skip
     probs, hits, losses = [], [], []
     with torch.no_grad():
         for *inputs, labels in loader:
