@@ -109,6 +109,9 @@ def test_rerun_resumes_from_the_epoch_1_checkpoint(workdir):
     assert [h["epoch"] for h in history] == [1, 2, 3]
     metrics = json.loads((workdir / "results/tiny/metrics.json").read_text())
     assert metrics["num_videos"] == 16 and 0.0 <= metrics["top1"] <= metrics["top5"] <= 1.0
+    # the test protocol (10 clips x 3 crops by default) on both workers of the ps plan, the servers left out
+    assert metrics["workers"] == 2 and metrics["num_views"] == 30 and len(metrics["confusion"]) == 8
+    assert sorted(p.name for p in (workdir / "logs/tiny/evaluate").iterdir()) == ["worker-0.log", "worker-1.log"]
     report = (workdir / "results/tiny/report/report.html").read_text()
     assert "top-1" in report and "curves.png" in report
     assert (workdir / "results/tiny/report/curves.png").stat().st_size > 10_000

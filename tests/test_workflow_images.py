@@ -50,6 +50,7 @@ def test_resnet18_cifar10_end_to_end_on_ddp(workdir):
     metrics = json.loads((workdir / "results/cifar/metrics.json").read_text())
     assert metrics["recipe"] == "resnet18_cifar10" and metrics["num_videos"] == 50 and 0 <= metrics["top1"] <= 1
     assert metrics["reference"]["top1"] == 68.79
+    assert metrics["protocol"] == "1 view (whole image)" and metrics["workers"] == 2 and metrics["num_views"] == 1
     report = (workdir / "results/cifar/report/report.html").read_text()
     assert "train images (failed)" in report and "200 (0)" in report
     assert (

@@ -471,18 +471,24 @@ def cmd_collect(a: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_train_worker(a: argparse.Namespace) -> int:
+def _set_worker_threads() -> None:
+    """A worker's torch threads: CLIPFLOW_TORCH_THREADS, else its share of the host's cores."""
     import torch
 
     from clipflow.ps.env import int_var
-    from clipflow.recipe import load_recipe
-    from clipflow.train.device import worker_device
-    from clipflow.train.trainer import WorkerPaths
 
     workers_here = int_var(os.environ, "CLIPFLOW_WORKERS_ON_HOST", "an integer >= 1", low=1, default=1)
     threads = int_var(os.environ, "CLIPFLOW_TORCH_THREADS", "an integer >= 1 (torch threads of this worker)", low=1,
                       default=max(1, (os.cpu_count() or 1) // workers_here))  # fmt: skip
     torch.set_num_threads(threads)
+
+
+def cmd_train_worker(a: argparse.Namespace) -> int:
+    from clipflow.recipe import load_recipe
+    from clipflow.train.device import worker_device
+    from clipflow.train.trainer import WorkerPaths
+
+    _set_worker_threads()
     recipe = load_recipe(a.recipe, _json(a.overrides))
     paths = WorkerPaths(
         Path(a.splits_dir),
@@ -549,11 +555,79 @@ def cmd_ps_role(a: argparse.Namespace) -> int:
 # -- evaluate and report -----------------------------------------------------------------------
 
 
-def cmd_evaluate(a: argparse.Namespace) -> int:
-    from clipflow.evaluate.evaluate import evaluate
+def _evaluate_args(a: argparse.Namespace) -> None:
+    """--model, --list, --root and --out are required by every form of `clipflow evaluate`."""
+    missing = [f"--{name}" for name in ("model", "list", "root", "out") if not getattr(a, name)]
+    if missing:
+        raise ClipflowError(f"clipflow evaluate needs {', '.join(missing)}")
 
-    metrics = evaluate(a.model, a.list, a.root, a.out, batch_size=a.batch_size)
-    print(f"val top-1 {metrics['top1']:.4f} top-5 {metrics['top5']:.4f} on {metrics['num_videos']} videos")
+
+def _print_metrics(metrics: dict | None) -> None:
+    if metrics is not None:
+        print(
+            f"test protocol ({metrics['protocol']}) on {metrics['num_videos']} videos, {metrics['workers']} worker(s): "
+            f"video top-1 {metrics['top1']:.4f} top-5 {metrics['top5']:.4f}, "
+            f"clip top-1 {metrics['clip']['top1']:.4f} top-5 {metrics['clip']['top5']:.4f}"
+        )
+
+
+def cmd_evaluate(a: argparse.Namespace) -> int:
+    """One process, no plan: the same scoring as `evaluate launch` with one worker."""
+    from clipflow.evaluate.evaluate import evaluate
+    from clipflow.train.device import worker_device
+
+    _evaluate_args(a)
+    _print_metrics(evaluate(a.model, a.list, a.root, a.out, a.batch_size, device=worker_device()))
+    return 0
+
+
+def cmd_evaluate_launch(a: argparse.Namespace) -> int:
+    from clipflow.cluster.plan import Plan, check_ports
+    from clipflow.evaluate.evaluate import check_inputs
+    from clipflow.train.launcher import Launcher
+    from clipflow.train.roles import role_commands
+
+    _evaluate_args(a)
+    plan = Plan.read(a.plan)
+    if not any(r.role == "worker" for r in plan.roles) or plan.num_workers < 1:
+        raise ClipflowError(f"cluster plan {a.plan} has no workers to evaluate on; rerun the cluster stage")
+    check_inputs(a.model, a.list, a.root, a.batch_size)  # once here, rather than in every worker
+    check_ports(plan)
+    python = plan.python or sys.executable
+    paths = [str(Path(p).absolute()) for p in (a.model, a.list, a.root, a.out)]  # a worker on another host
+    worker = [python, "-m", "clipflow", "evaluate", "worker", *_evaluate_argv(*paths, a.batch_size)]
+    code = Launcher(role_commands(plan, worker, backend="ddp"), a.log_dir, grace_s=a.grace).run()
+    if code:
+        print(f"clipflow: error: evaluation failed (exit {code}); see the workers' logs in {a.log_dir}",
+              file=sys.stderr)  # fmt: skip
+    return code
+
+
+def _evaluate_argv(model: str, list_path: str, root: str, out: str, batch_size: int | None) -> list[str]:
+    sized = ["--batch-size", str(batch_size)] if batch_size is not None else []
+    return ["--model", model, "--list", list_path, "--root", root, "--out", out, *sized]
+
+
+def cmd_evaluate_worker(a: argparse.Namespace) -> int:
+    """One worker of `evaluate launch`: its share of the list, gathered over torch.distributed."""
+    from clipflow.evaluate.evaluate import evaluate
+    from clipflow.ps.exitcodes import ABORTED
+    from clipflow.train.comm import DDPComm, DDPConfig, lost_peer
+    from clipflow.train.device import worker_device
+
+    _evaluate_args(a)
+    _set_worker_threads()
+    config = DDPConfig.from_env()
+    device = worker_device()
+    try:
+        with DDPComm(config, device) as comm:
+            _print_metrics(evaluate(a.model, a.list, a.root, a.out, a.batch_size, comm, device))
+    except RuntimeError as exc:
+        if not lost_peer(exc):
+            raise
+        print(f"clipflow: evaluate rank {config.rank}: another process left the job ({str(exc).splitlines()[0]})",
+              file=sys.stderr)  # fmt: skip
+        return ABORTED
     return 0
 
 
@@ -596,6 +670,19 @@ def _ssh_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ssh-key", default="~/.ssh/id_ed25519", help="the job's ssh key (made when missing)")
     p.add_argument("--known-hosts", default=".clipflow/known_hosts", help="the project's pinned host keys")
     p.add_argument("--refuse-new-host-keys", action="store_true", help="refuse hosts not in --known-hosts yet")
+
+
+def _add_evaluate_args(p: argparse.ArgumentParser, required: bool) -> None:
+    p.add_argument("--model", required=required, help="a model file of the train stage (model_final.pt)")
+    p.add_argument("--list", required=required, help="the scanned list to score (val.lst)")
+    p.add_argument("--root", required=required, help="folder the list's paths are relative to")
+    p.add_argument("--out", required=required, help="metrics.json to write")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="views a forward pass, rounded down to whole videos (default: the recipe's eval_batch_size)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -760,13 +847,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dir")
     p.set_defaults(func=cmd_ps_keys)
 
-    p = sub.add_parser("evaluate", help="top-1/top-5 of a trained model on a list")
-    p.add_argument("--model", required=True)
-    p.add_argument("--list", required=True)
-    p.add_argument("--root", required=True)
-    p.add_argument("--out", required=True)
-    p.add_argument("--batch-size", type=int, default=0, help="0: the recipe's eval_batch_size")
-    p.set_defaults(func=cmd_evaluate)
+    evaluate = sub.add_parser(
+        "evaluate",
+        help="top-1/top-5 of a trained model on a list with the recipe's test protocol",
+        description="Scores every view of the recipe's test protocol (data.test_clips x data.test_crops for videos, "
+        "one view for images) and writes metrics.json. Two forms: `clipflow evaluate --model M --list L --root R "
+        "--out OUT` in this one process, or `clipflow evaluate launch --plan P --log-dir D --model M ...` on every "
+        "worker of a cluster plan, the videos split over them and the results gathered with torch.distributed "
+        "(whatever back end trained the model). `evaluate worker` is what the launcher starts.",
+    )
+    _add_evaluate_args(evaluate, required=False)
+    evaluate.set_defaults(func=cmd_evaluate)
+    forms = evaluate.add_subparsers(dest="action", required=False, metavar="{launch,worker}")
+    p = forms.add_parser("launch", help="evaluate on every worker of a plan (torch.distributed), rank 0 writes --out")
+    p.add_argument("--plan", required=True, help="the cluster plan (clipflow cluster plan); its workers run")
+    p.add_argument("--log-dir", required=True, help="one log a worker")
+    p.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL at teardown")
+    _add_evaluate_args(p, required=True)
+    p.set_defaults(func=cmd_evaluate_launch)
+    p = forms.add_parser("worker", help="one worker (started by `evaluate launch`, with RANK, WORLD_SIZE, MASTER_*)")
+    _add_evaluate_args(p, required=True)
+    p.set_defaults(func=cmd_evaluate_worker)
 
     p = sub.add_parser("status", help="where a run stands: epoch, last checkpoint, throughput, ETA")
     p.add_argument("run", help="the run's name (config run:), a folder of --results")

@@ -1,14 +1,18 @@
-# Stage 5, evaluate: the recipe's validation protocol on the val list, then the report.
+# Stage 5, evaluate: the recipe's test protocol on the val list, split over the plan's workers, then the report.
 
 
 rule evaluate:
+    # Evaluation always runs on torch.distributed (the ddp launch of the plan's workers, gloo on CPUs,
+    # NCCL on GPUs), whichever back end trained the model: with a ps plan only its workers start.
     input:
         model=rules.train.output.model,
         val=f"{INDEX}/val.lst",
+        plan=ancient(f"{RESULTS}/cluster/plan.json"),
     output:
         f"{RESULTS}/metrics.json",
     params:
         root=data_root,
+        logs=f"{LOGS}/evaluate",
     log:
         f"{LOGS}/evaluate.log",
     benchmark:
@@ -16,8 +20,8 @@ rule evaluate:
     conda:
         "../../environment.yml"
     shell:
-        "python -m clipflow evaluate --model {input.model:q} --list {input.val:q} --root {params.root:q}"
-        " --out {output:q} 2>&1 | tee {log:q}"
+        "python -m clipflow evaluate launch --plan {input.plan:q} --log-dir {params.logs:q}"
+        " --model {input.model:q} --list {input.val:q} --root {params.root:q} --out {output:q} 2>&1 | tee {log:q}"
 
 
 rule report:

@@ -1,4 +1,11 @@
-"""Evaluate a trained model on a list with the validation protocol: top-1 and top-5, clip level."""
+"""Evaluate a trained model on a list with the recipe's test protocol, split over workers and gathered.
+
+Worker ``rank`` of ``W`` scores videos ``rank, rank + W, ...`` of the list with every view of the test
+protocol (clipflow.evaluate.protocol); each fills its rows of zero tensors, one row a video (mean
+probabilities, view hits, loss), and a sum over the workers (torch.distributed, whatever back end
+trained the model) gives every worker the whole list's rows. Rank 0 turns them into the numbers
+(clipflow.evaluate.metrics) and writes metrics.json. One process is the same with W = 1.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +14,23 @@ from pathlib import Path
 
 import torch
 
+from clipflow.data.listfile import read_list
 from clipflow.errors import ClipflowError
+from clipflow.evaluate.classes import class_names
+from clipflow.evaluate.metrics import video_metrics
+from clipflow.evaluate.protocol import protocol_of, score_videos
+from clipflow.files import write_text_atomic
 from clipflow.models import build_model
 from clipflow.train.trainer import make_dataset
-from clipflow.train.validate import ValShard
+
+
+class OneProcess:
+    """The collectives of a single worker: its sums are the totals."""
+
+    rank, num_workers = 0, 1
+
+    def all_sum(self, name: str, tensor: torch.Tensor) -> None:
+        pass
 
 
 def load_model(path: str | Path) -> tuple[torch.nn.Module, dict]:
@@ -27,25 +47,76 @@ def load_model(path: str | Path) -> tuple[torch.nn.Module, dict]:
     return model.eval(), recipe
 
 
+def check_batch_size(batch_size: int | None) -> None:
+    if batch_size is not None and batch_size < 1:
+        raise ClipflowError(f"--batch-size must be >= 1 (views a forward pass), got {batch_size}")
+
+
+def open_list(recipe: dict, list_path: str | Path, root: str | Path):
+    """The test-mode dataset of ``list_path`` and its labels; a bad line, a label the model cannot predict
+    or a missing video is named here, before any scoring."""
+    list_path, classes = Path(list_path), recipe["model"]["num_classes"]
+    entries = read_list(list_path)
+    for e in entries:
+        if not 0 <= e.label < classes:
+            raise ClipflowError(
+                f"{list_path} line {e.line}: label {e.label}, but the model ({recipe['name']}) has {classes} classes "
+                f"(labels 0..{classes - 1}); is this the list the model was trained for?"
+            )
+    dataset = make_dataset(recipe, list_path, Path(root), "test", seed=0)
+    for e in getattr(dataset, "entries", []):  # videos; an image dataset checks its batch files itself
+        if not e.resolve(root).is_file():
+            raise ClipflowError(f"video {e.resolve(root)} (listed in {list_path} line {e.line}) does not exist")
+    return dataset, torch.tensor([e.label for e in entries], dtype=torch.int64)
+
+
+def check_inputs(model_path: str | Path, list_path: str | Path, root: str | Path, batch_size: int | None) -> None:
+    """Every check a worker would make before scoring, made once (by the launcher)."""
+    check_batch_size(batch_size)
+    _, recipe = load_model(model_path)
+    open_list(recipe, list_path, root)
+
+
 def evaluate(
-    model_path: str | Path, list_path: str | Path, root: str | Path, out: str | Path, batch_size: int = 0
-) -> dict:
+    model_path: str | Path,
+    list_path: str | Path,
+    root: str | Path,
+    out: str | Path,
+    batch_size: int | None = None,
+    comm=None,
+    device: torch.device | None = None,
+) -> dict | None:
+    """Scores this worker's share and gathers every worker's; rank 0 writes ``out`` and returns the metrics,
+    the other ranks return None. ``batch_size``: views a forward pass (whole videos, at least one;
+    default the recipe's eval_batch_size). ``comm``: the collectives (DDPComm), None for one process."""
+    check_batch_size(batch_size)
+    comm = comm or OneProcess()
+    device = device or torch.device("cpu")
     model, recipe = load_model(model_path)
-    dataset = make_dataset(recipe, Path(list_path), Path(root), "val", seed=0)
-    whole = ValShard(dataset, 0, 1, batch_size or recipe["train"]["eval_batch_size"])  # one process: every video
-    loss_sum, top1, top5, _ = (float(v) for v in whole.totals(model, recipe["model"]["num_classes"]))
-    n = len(dataset)
+    model.to(device)
+    dataset, labels = open_list(recipe, list_path, root)
+    n, classes = len(dataset), recipe["model"]["num_classes"]
+    names = class_names(list_path, classes)  # a bad class index fails before the scoring, on every worker
+    share = list(range(comm.rank, n, comm.num_workers))
+    t = recipe["train"]
+    scored = score_videos(model, dataset, share, batch_size or t["eval_batch_size"], device, classes,
+                          t.get("loader_workers", 0), t.get("loader_prefetch", 2))  # fmt: skip
+    gathered = [torch.zeros(n, classes, dtype=torch.float64), torch.zeros(n, 2, dtype=torch.int64),
+                torch.zeros(n, dtype=torch.float64)]  # fmt: skip
+    for name, whole, mine in zip(("probs", "hits", "loss"), gathered, scored, strict=True):
+        whole[share] = mine
+        comm.all_sum(f"evaluate_{name}", whole)
+    if comm.rank != 0:
+        return None
     metrics = {
         "recipe": recipe["name"],
         "split": str(list_path),
         "num_videos": n,
-        "protocol": "1 centre clip x 1 centre crop",
-        "top1": top1 / n,
-        "top5": top5 / n,
-        "loss": loss_sum / n,
+        "num_views": dataset.views,
+        "workers": comm.num_workers,
+        "protocol": protocol_of(recipe),
+        **video_metrics(*gathered, labels, dataset.views, names),
         "reference": recipe.get("reference", {}),
     }
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(metrics, indent=2) + "\n")
+    write_text_atomic(out, json.dumps(metrics, indent=2) + "\n")
     return metrics

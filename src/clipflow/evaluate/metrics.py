@@ -1,0 +1,53 @@
+"""The numbers of an evaluation, from the per-video tensors the workers gathered.
+
+Inputs, one row per video of the list (in list order): ``probs`` [N, classes], the mean over the
+video's views of their softmax probabilities (PySlowFast's ensemble of a multi-view test);
+``clip_hits`` [N, 2], how many of its views had the label in their top-1 and top-k; ``loss`` [N],
+``-log`` of the mean probability of the label; ``labels`` [N]. top-k is top-min(5, classes).
+
+Clip level counts views (hits over N x views); video level scores the mean probabilities. Per class:
+the videos of that label and their video-level top-1 (None for a class without videos). The confusion
+matrix counts videos by true label (row) and video-level top-1 prediction (column).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def top_k(classes: int) -> int:
+    return min(5, classes)
+
+
+def video_metrics(
+    probs: torch.Tensor, clip_hits: torch.Tensor, loss: torch.Tensor, labels: torch.Tensor, views: int, names: list[str]
+) -> dict:
+    """top1, top5, loss (video level, at the top), ``clip`` and ``video`` accuracies, ``classes``,
+    ``per_class`` and ``confusion``, as metrics.json holds them."""
+    n, classes = probs.shape
+    labels = labels.to(torch.int64).cpu()
+    best = probs.cpu().topk(top_k(classes), dim=1).indices
+    predicted = best[:, 0]
+    video_top1 = (predicted == labels).to(torch.int64)
+    video_topk = (best == labels[:, None]).any(dim=1).to(torch.int64)
+    confusion = torch.zeros(classes, classes, dtype=torch.int64)
+    confusion.index_put_((labels, predicted), torch.ones(n, dtype=torch.int64), accumulate=True)
+    per_class = []
+    for label in range(classes):
+        mine = labels == label
+        count = int(mine.sum())
+        hits = int(video_top1[mine].sum())
+        top1 = hits / count if count else None
+        per_class.append({"label": label, "name": names[label], "videos": count, "top1": top1})
+    video = {"top1": int(video_top1.sum()) / n, "top5": int(video_topk.sum()) / n}
+    hits = clip_hits.to(torch.int64).cpu().sum(dim=0)
+    return {
+        "top1": video["top1"],
+        "top5": video["top5"],
+        "loss": float(loss.to(torch.float64).cpu().mean()),
+        "clip": {"top1": int(hits[0]) / (n * views), "top5": int(hits[1]) / (n * views)},
+        "video": video,
+        "classes": list(names),
+        "per_class": per_class,
+        "confusion": confusion.tolist(),
+    }

@@ -1,0 +1,188 @@
+"""`clipflow evaluate` with the recipe's test protocol on real processes: every view of every video scored,
+the videos split over the workers of a plan and gathered with torch.distributed, the same numbers for any
+number of workers; the metrics from hand-made tensors; bad input named."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from conftest import python_env
+from test_train_images import cifar  # noqa: F401 (the CIFAR-format fixture)
+
+from clipflow.cluster.ports import free_port
+from clipflow.data.cifar import CIFAR10_CLASSES
+from clipflow.data.listfile import VideoEntry, read_list, write_list
+from clipflow.data.scan import scan
+from clipflow.evaluate.metrics import video_metrics
+from clipflow.models import build_model
+from clipflow.recipe import load_recipe
+
+SMALL_VIDEO = {"data": {"new_length": 8, "new_width": 42, "new_height": 32, "input_size": 32, "test_clips": 2,
+                        "test_crops": 3}}  # fmt: skip
+
+
+def save_untrained(path, recipe_name: str, overrides: dict, seed: int = 0):
+    """A freshly built model in the train stage's format ({"model": state_dict, "recipe": recipe})."""
+    recipe = load_recipe(recipe_name, overrides)
+    torch.manual_seed(seed)
+    torch.save({"model": build_model(recipe["model"]).state_dict(), "recipe": recipe}, path)
+    return path
+
+
+def make_plan(tmp_path, workers: int, name: str = "plan.json"):
+    plan = tmp_path / name
+    made = subprocess.run(
+        [sys.executable, "-m", "clipflow", "cluster", "plan", "--num-workers", str(workers), "--root-port",
+         str(free_port()), "--out", str(plan)],
+        env=python_env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    return plan
+
+
+def clipflow_evaluate(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "clipflow", "evaluate", *args], env=python_env(),
+                          capture_output=True, text=True, timeout=240)  # fmt: skip
+
+
+def launch(tmp_path, plan, model, val, root, out_name: str, *extra: str) -> subprocess.CompletedProcess:
+    return clipflow_evaluate("launch", "--plan", str(plan), "--log-dir", str(tmp_path / f"logs_{out_name}"),
+                             "--model", str(model), "--list", str(val), "--root", str(root),
+                             "--out", str(tmp_path / out_name), "--grace", "5", *extra)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def video_run(tmp_path_factory, tiny_videos):
+    """An untrained tiny SlowFast (2 clips x 3 crops), the scanned val list with classes.txt beside it."""
+    work = tmp_path_factory.mktemp("evaluate")
+    results = scan(read_list(tiny_videos / "val_labels.txt"), tiny_videos, workers=2)
+    write_list(work / "index/val.lst", [VideoEntry(r.path, r.label, r.num_frames) for r in results])
+    (work / "index/classes.txt").write_text((tiny_videos / "classes.txt").read_text())
+    return work, save_untrained(work / "model.pt", "slowfast_tiny_synthetic", SMALL_VIDEO), tiny_videos
+
+
+def test_metrics_of_hand_made_tensors():
+    """3 videos, 3 classes, 2 views each; the answers worked out by hand."""
+    probs = torch.tensor([[0.7, 0.2, 0.1], [0.5, 0.3, 0.2], [0.1, 0.3, 0.6]], dtype=torch.float64)
+    labels = torch.tensor([0, 1, 2])
+    hits = torch.tensor([[2, 2], [1, 2], [0, 2]])
+    loss = torch.tensor([0.5, 1.5, 1.0], dtype=torch.float64)
+    m = video_metrics(probs, hits, loss, labels, views=2, names=["a", "b", "c"])
+    assert m["video"] == {"top1": 2 / 3, "top5": 1.0} and m["top1"] == 2 / 3 and m["top5"] == 1.0
+    assert m["clip"] == {"top1": 3 / 6, "top5": 6 / 6}
+    assert m["loss"] == pytest.approx(1.0)
+    assert m["confusion"] == [[1, 0, 0], [1, 0, 0], [0, 0, 1]]
+    assert m["per_class"] == [
+        {"label": 0, "name": "a", "videos": 1, "top1": 1.0},
+        {"label": 1, "name": "b", "videos": 1, "top1": 0.0},
+        {"label": 2, "name": "c", "videos": 1, "top1": 1.0},
+    ]
+    six = torch.tensor([[0.1, 0.2, 0.3, 0.05, 0.05, 0.15, 0.15], [0.3, 0.2, 0.1, 0.1, 0.1, 0.1, 0.1]])
+    m = video_metrics(six.double(), torch.tensor([[0, 0], [1, 1]]), torch.zeros(2), torch.tensor([3, 0]), 1,
+                      list("abcdefg"))  # fmt: skip
+    # video 0: label 3 (0.05) is 6th of 7 (tied with 4, ranked behind 0.15 0.15 0.3 0.2 0.1): out of the top-5
+    assert m["video"] == {"top1": 0.5, "top5": 0.5}
+    assert m["per_class"][5] == {"label": 5, "name": "f", "videos": 0, "top1": None}
+    assert sum(map(sum, m["confusion"])) == 2 and m["confusion"][3][2] == 1 and m["confusion"][0][0] == 1
+
+
+def test_one_and_two_workers_give_the_same_test_protocol_numbers(tmp_path, video_run):
+    work, model, root = video_run
+    val = work / "index/val.lst"
+    runs, timings = {}, {}
+    for workers in (1, 2):
+        began = time.monotonic()
+        done = launch(tmp_path, make_plan(tmp_path, workers, f"plan{workers}.json"), model, val,
+                      root, f"m{workers}.json")  # fmt: skip
+        timings[workers] = time.monotonic() - began
+        assert done.returncode == 0, done.stdout + done.stderr
+        runs[workers] = json.loads((tmp_path / f"m{workers}.json").read_text())
+    one, two = runs[1], runs[2]
+    assert one["workers"] == 1 and two["workers"] == 2
+    assert one["num_videos"] == 8 and one["num_views"] == 6
+    assert one["protocol"] == "2 clips x 3 crops of 32x32, frames resized to 42x32"
+    for key in ("top1", "top5", "clip", "video", "per_class", "confusion", "classes", "num_views", "protocol"):
+        assert one[key] == two[key], key
+    assert one["loss"] == pytest.approx(two["loss"], abs=1e-6)
+    assert sum(map(sum, one["confusion"])) == 8 and sum(c["videos"] for c in one["per_class"]) == 8
+    assert one["classes"] == (work / "index/classes.txt").read_text().split()
+    assert set(one) == {"recipe", "split", "num_videos", "num_views", "workers", "protocol", "top1", "top5", "loss",
+                        "clip", "video", "classes", "per_class", "confusion", "reference"}  # fmt: skip
+    assert (tmp_path / "logs_m2.json/worker-1.log").exists()
+    print(f"evaluate launch: 1 worker {timings[1]:.1f} s, 2 workers {timings[2]:.1f} s")
+
+
+def test_one_process_form_and_a_ps_plan_give_the_same_numbers(tmp_path, video_run):
+    """`clipflow evaluate` without a plan is one worker; a ps plan (scheduler, servers) starts only its workers; loader
+    processes and the batch size change nothing."""
+    work, model, root = video_run
+    val = work / "index/val.lst"
+    alone = clipflow_evaluate("--model", str(model), "--list", str(val), "--root", str(root),
+                              "--out", str(tmp_path / "alone.json"), "--batch-size", "6")  # fmt: skip
+    assert alone.returncode == 0, alone.stderr
+    assert "test protocol (2 clips x 3 crops" in alone.stdout
+    plan = make_plan(tmp_path, 2)
+    assert {r["role"] for r in json.loads(plan.read_text())["roles"]} == {"scheduler", "server", "worker"}
+    loading = {**SMALL_VIDEO, "train": {"loader_workers": 2}}  # the same weights, decoded by loader processes
+    same = save_untrained(tmp_path / "same.pt", "slowfast_tiny_synthetic", loading)
+    done = launch(tmp_path, plan, same, val, root, "ps.json", "--batch-size", "13")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(p.name for p in (tmp_path / "logs_ps.json").iterdir()) == ["worker-0.log", "worker-1.log"]
+    a, b = (json.loads((tmp_path / name).read_text()) for name in ("alone.json", "ps.json"))
+    assert a["workers"] == 1 and b["workers"] == 2
+    for key in ("top1", "top5", "clip", "video", "per_class", "confusion"):
+        assert a[key] == b[key], key
+    assert a["loss"] == pytest.approx(b["loss"], abs=1e-6)
+
+
+def test_an_image_recipe_is_one_view_of_the_whole_image(tmp_path, cifar):  # noqa: F811
+    model = save_untrained(tmp_path / "model.pt", "resnet18_cifar10", {})
+    runs = {}
+    for workers in (1, 2):
+        done = launch(tmp_path, make_plan(tmp_path, workers, f"plan{workers}.json"), model,
+                      cifar / "index/val.lst", cifar / "batches", f"m{workers}.json")  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        runs[workers] = json.loads((tmp_path / f"m{workers}.json").read_text())
+    one, two = runs[1], runs[2]
+    assert one["protocol"] == "1 view (whole image)" and one["num_views"] == 1 and one["num_videos"] == 50
+    assert one["classes"] == list(CIFAR10_CLASSES)
+    assert one["clip"] == one["video"]  # one view: the clip is the video
+    for key in ("top1", "top5", "clip", "video", "per_class", "confusion"):
+        assert one[key] == two[key], key
+    assert one["loss"] == pytest.approx(two["loss"], abs=1e-6)
+
+
+def test_bad_input_is_named_before_any_worker_starts(tmp_path, video_run):
+    work, model, root = video_run
+    val = work / "index/val.lst"
+    plan = make_plan(tmp_path, 2)
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"not a checkpoint")
+    lines = val.read_text().splitlines()
+    (tmp_path / "malformed.lst").write_text("\n".join([lines[0], "just_a_path"]) + "\n")
+    (tmp_path / "missing.lst").write_text("\n".join([lines[0], "videos/val/nope.mp4 30 1"]) + "\n")
+    (tmp_path / "label.lst").write_text("\n".join([lines[0], lines[1].rsplit(" ", 1)[0] + " 8"]) + "\n")
+    no_workers = json.loads(plan.read_text())
+    no_workers["roles"] = [r for r in no_workers["roles"] if r["role"] != "worker"]
+    no_workers["num_workers"] = 0
+    (tmp_path / "empty_plan.json").write_text(json.dumps(no_workers))
+    cases = [
+        (plan, garbage, val, [], f"model file {garbage} cannot be loaded"),
+        (plan, model, tmp_path / "malformed.lst", [], f"{tmp_path / 'malformed.lst'} line 2"),
+        (plan, model, tmp_path / "missing.lst", [], f"video {root / 'videos/val/nope.mp4'} (listed in "
+                                                    f"{tmp_path / 'missing.lst'} line 2) does not exist"),
+        (plan, model, tmp_path / "label.lst", [], f"{tmp_path / 'label.lst'} line 2: label 8, but the model "
+                                                  "(slowfast_tiny_synthetic) has 8 classes"),
+        (plan, model, val, ["--batch-size", "0"], "--batch-size must be >= 1 (views a forward pass), got 0"),
+        (tmp_path / "empty_plan.json", model, val, [], f"cluster plan {tmp_path / 'empty_plan.json'} has no workers"),
+    ]  # fmt: skip
+    for i, (plan_path, model_path, list_path, extra, message) in enumerate(cases):
+        done = launch(tmp_path, plan_path, model_path, list_path, root, f"bad{i}.json", *extra)
+        assert done.returncode == 2, (message, done.stdout + done.stderr)
+        assert f"clipflow: error: {message}" in done.stderr, done.stderr
+        assert not (tmp_path / f"logs_bad{i}.json").exists() and not (tmp_path / f"bad{i}.json").exists()
