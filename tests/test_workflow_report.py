@@ -37,11 +37,12 @@ def test_snakemake_report_holds_the_page_with_every_table_and_figure(two_runs):
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     with zipfile.ZipFile(two_runs / "report.zip") as archive:
         names = archive.namelist()
-        pages = [n for n in names if n.endswith("results/two/report/report.html")]
-        assert pages, names
-        page = archive.read(pages[0]).decode()
-        items = {Path(n).name: archive.read(n) for n in names if n.endswith(".png")}
-        assert any(n.endswith("report.html") and "results" not in n for n in names)  # Snakemake's own page
+        # Snakemake's own page, and each report item under data/raw/<hash>/ by its file name
+        items = {Path(n).name: archive.read(n) for n in names if n.startswith("report/data/raw/")}
+        assert sorted(items) == ["confusion.png", "curves.png", "report.html", "throughput.png"], names
+        page = items["report.html"].decode()
+        front = archive.read("report/report.html").decode()
+        assert "two" in front and "slowfast_tiny_synthetic" in front  # workflow.rst, rendered with the config
     for name in ("curves.png", "throughput.png", "confusion.png"):  # report items of their own, with captions
         assert len(items.get(name, b"")) > 10_000, (name, sorted(items))
     for heading in ("Evaluation", "Against the published results", "Per class", "Confusion matrix", "Training",
