@@ -11,10 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import python_env
-from test_train_launch import TINY, launch, two_splits
-
-from clipflow.data.listfile import VideoEntry, read_list, write_list
-from clipflow.data.scan import scan
+from test_train_launch import TINY, launch, scanned_val, two_splits
 
 ROLES = ["scheduler-0", "server-0", "worker-0", "worker-1"]  # the plan's default: one server
 
@@ -24,9 +21,7 @@ def trained(tmp_path_factory, tiny_videos) -> Path:
     """Two epochs of two workers and a server, validated each epoch (so best.pt is kept)."""
     run = tmp_path_factory.mktemp("collect")
     splits = two_splits(run, tiny_videos)
-    val = [VideoEntry(r.path, r.label, r.num_frames)
-           for r in scan(read_list(tiny_videos / "val_labels.txt"), tiny_videos, workers=2)]  # fmt: skip
-    write_list(run / "val.lst", val)
+    scanned_val(run, tiny_videos)
     two = {**TINY, "train": {**TINY["train"], "epochs": 2, "eval_every": 1}}
     done = launch(run, tiny_videos, splits, "--val-list", str(run / "val.lst"), overrides=two)
     assert done.returncode == 0, done.stdout + done.stderr

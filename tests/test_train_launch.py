@@ -55,6 +55,14 @@ def scanned(tiny_videos) -> list[VideoEntry]:
     return [VideoEntry(r.path, r.label, r.num_frames) for r in results]
 
 
+def scanned_val(folder, tiny_videos):
+    """``folder``/val.lst: the tiny set's val videos, scanned; its path."""
+    val = [VideoEntry(r.path, r.label, r.num_frames)
+           for r in scan(read_list(tiny_videos / "val_labels.txt"), tiny_videos, workers=2)]  # fmt: skip
+    write_list(folder / "val.lst", val)
+    return folder / "val.lst"
+
+
 def two_splits(tmp_path, tiny_videos, per_worker: int = 4):
     """worker0.lst and worker1.lst of ``per_worker`` scanned videos each; their folder."""
     entries = scanned(tiny_videos)
@@ -91,9 +99,7 @@ def test_two_workers_train_one_epoch_and_write_the_model(tmp_path, tiny_videos):
 
 def test_validation_each_epoch_covers_the_val_list_once_over_the_workers_and_keeps_the_best(tmp_path, tiny_videos):
     splits = two_splits(tmp_path, tiny_videos)
-    val = [VideoEntry(r.path, r.label, r.num_frames)
-           for r in scan(read_list(tiny_videos / "val_labels.txt"), tiny_videos, workers=2)]  # fmt: skip
-    write_list(tmp_path / "val.lst", val)
+    val = read_list(scanned_val(tmp_path, tiny_videos))
     three = {**TINY, "train": {**TINY["train"], "epochs": 3, "eval_every": 1}}
     done = launch(tmp_path, tiny_videos, splits, "--val-list", str(tmp_path / "val.lst"), overrides=three)
     assert done.returncode == 0, done.stdout + done.stderr

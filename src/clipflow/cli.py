@@ -9,7 +9,9 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from clipflow.errors import ClipflowError
 
@@ -520,20 +522,26 @@ def _ps_settings(a: argparse.Namespace):
 
 
 def _train_ddp(recipe: dict, paths, seed: int, device) -> int:
-    """A ddp worker. When another process dies, gloo reports the lost connection here: that is an echo
-    of the failure (exit ABORTED), so the launcher names the process that died, not this one."""
+    from clipflow.train.trainer import Trainer
+
+    return _ddp_job("ddp", device, lambda comm: Trainer(comm, recipe, paths, seed, device).run())
+
+
+def _ddp_job(what: str, device, body: Callable[[Any], object]) -> int:
+    """Runs ``body(comm)`` in this process's torch.distributed group. When another process dies, gloo
+    reports the lost connection here: that is an echo of the failure (exit ABORTED), so the launcher names
+    the process that died, not this one."""
     from clipflow.ps.exitcodes import ABORTED
     from clipflow.train.comm import DDPComm, DDPConfig, lost_peer
-    from clipflow.train.trainer import Trainer
 
     config = DDPConfig.from_env()
     try:
         with DDPComm(config, device) as comm:
-            Trainer(comm, recipe, paths, seed, device).run()
+            body(comm)
     except RuntimeError as exc:
         if not lost_peer(exc):
             raise
-        print(f"clipflow: ddp rank {config.rank}: another process left the job ({str(exc).splitlines()[0]})",
+        print(f"clipflow: {what} rank {config.rank}: another process left the job ({str(exc).splitlines()[0]})",
               file=sys.stderr)  # fmt: skip
         return ABORTED
     return 0
@@ -611,24 +619,13 @@ def _evaluate_argv(model: str, list_path: str, root: str, out: str, batch_size: 
 def cmd_evaluate_worker(a: argparse.Namespace) -> int:
     """One worker of `evaluate launch`: its share of the list, gathered over torch.distributed."""
     from clipflow.evaluate.evaluate import evaluate
-    from clipflow.ps.exitcodes import ABORTED
-    from clipflow.train.comm import DDPComm, DDPConfig, lost_peer
     from clipflow.train.device import worker_device
 
     _evaluate_args(a)
     _set_worker_threads()
-    config = DDPConfig.from_env()
     device = worker_device()
-    try:
-        with DDPComm(config, device) as comm:
-            _print_metrics(evaluate(a.model, a.list, a.root, a.out, a.batch_size, comm, device))
-    except RuntimeError as exc:
-        if not lost_peer(exc):
-            raise
-        print(f"clipflow: evaluate rank {config.rank}: another process left the job ({str(exc).splitlines()[0]})",
-              file=sys.stderr)  # fmt: skip
-        return ABORTED
-    return 0
+    return _ddp_job("evaluate", device, lambda comm: _print_metrics(
+        evaluate(a.model, a.list, a.root, a.out, a.batch_size, comm, device)))  # fmt: skip
 
 
 def cmd_status(a: argparse.Namespace) -> int:
