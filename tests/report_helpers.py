@@ -6,6 +6,7 @@ import base64
 import io
 import re
 
+import numpy as np
 from PIL import Image
 
 TAB_BLUE = (31, 119, 180)  # matplotlib's first line colour
@@ -19,16 +20,12 @@ def embedded_figures(page: str) -> dict[str, Image.Image]:
 
 def ink(image: Image.Image) -> float:
     """Share of pixels that are not (near) white."""
-    grey = image.convert("L").tobytes()  # one byte a pixel
-    return sum(1 for v in grey if v < 235) / len(grey)
+    grey = np.asarray(image.convert("L"))
+    return float((grey < 235).mean())
 
 
 def colour_columns(image: Image.Image, colour: tuple[int, int, int], tolerance: int = 12) -> set[int]:
     """The x positions where a pixel of ``colour`` appears."""
-    rgb = image.convert("RGB")
-    raw, width = rgb.tobytes(), rgb.width  # three bytes a pixel, row by row
-    columns = set()
-    for i in range(0, len(raw), 3):
-        if all(abs(raw[i + c] - colour[c]) <= tolerance for c in range(3)):
-            columns.add((i // 3) % width)
-    return columns
+    rgb = np.asarray(image.convert("RGB")).astype(np.int16)  # [height, width, 3]
+    near = (np.abs(rgb - np.array(colour, dtype=np.int16)) <= tolerance).all(axis=2)
+    return {int(x) for x in np.nonzero(near.any(axis=0))[0]}

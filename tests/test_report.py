@@ -22,8 +22,9 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 NAMES = ["left", "right", "up", "down"]
 
 
-def epoch_record(epoch: int, workers: int, clips_per_s: float, val: bool = True) -> dict:
+def epoch_record(epoch: int, workers: int, clips_per_s: float, val: bool = True, batch: int = 4) -> dict:
     record = {"epoch": epoch, "step": 10 * epoch, "loss": 2.0 / epoch, "train_top1": 0.2 * epoch, "lr": 0.1 / epoch,
+              "batch_size": batch,
               "clips_per_s": clips_per_s, "data_time": 1.0, "step_time": 3.0, "epoch_time": 4.0,
               "workers": [{"rank": r, "clips_per_s": clips_per_s / workers, "data_time": 0.5 + r, "step_time": 3.0}
                           for r in range(workers)]}  # fmt: skip
@@ -50,12 +51,13 @@ def metrics_for(recipe: str = "slowfast_tiny_synthetic", reference: dict | None 
     }  # fmt: skip
 
 
-def write_run(results: Path, name: str, workers: int, speeds: list[float], recipe: str = "slowfast_tiny_synthetic"):
+def write_run(results: Path, name: str, workers: int, speeds: list[float], recipe: str = "slowfast_tiny_synthetic",
+              batch: int = 4):  # fmt: skip
     run = results / name
     (run / "train").mkdir(parents=True)
     (run / "cluster").mkdir()
     (run / "metrics.json").write_text(json.dumps(metrics_for(recipe)))
-    history = [epoch_record(e, workers, s) for e, s in enumerate(speeds, 1)]
+    history = [epoch_record(e, workers, s, batch=batch) for e, s in enumerate(speeds, 1)]
     (run / "train/metrics.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
     plan = {"launcher": "local", "num_workers": workers, "num_servers": 1, "security": "none",
             "roles": [{"role": "scheduler", "rank": 0, "host": "localhost"}]
@@ -91,14 +93,15 @@ def test_comparison_rows_are_in_percent_with_the_difference_in_points():
     assert [(r.metric, r.reference, r.difference) for r in unpublished] == [("top-1", None, None)]
 
 
-def test_scaling_takes_the_median_after_the_first_epoch_the_newest_run_per_count_and_this_recipe_only(tmp_path):
+def test_scaling_takes_the_median_after_the_first_epoch_the_newest_run_per_count_of_this_recipe_and_batch(tmp_path):
     write_run(tmp_path, "a1", 1, [5.0, 10.0, 12.0, 11.0])  # median of 10, 12, 11: 11
     write_run(tmp_path, "a2", 2, [9.0, 20.0, 19.0])  # median of 20, 19: 19.5
     write_run(tmp_path, "b2", 2, [9.0, 18.0])  # one more 2-worker run of the same recipe
     write_run(tmp_path, "other", 4, [40.0, 40.0], recipe="resnet18_cifar10")
+    write_run(tmp_path, "big", 4, [40.0, 40.0], batch=8)  # the same recipe at another batch per worker
     (tmp_path / "broken").mkdir()  # a run that never finished: no metrics.json
     os.utime(tmp_path / "a2/train/metrics.jsonl", (1, 1))  # a2 is older than b2: b2 counts
-    points = scaling_points(tmp_path, "slowfast_tiny_synthetic")
+    points = scaling_points(tmp_path, "slowfast_tiny_synthetic", 4)
     assert [(p.run, p.workers, p.clips_per_s) for p in points] == [("a1", 1, 11.0), ("b2", 2, 18.0)]
     assert points[1].speedup(points[0]) == pytest.approx(18 / 11)
     assert points[1].efficiency(points[0]) == pytest.approx(9 / 11)
@@ -132,7 +135,8 @@ def test_the_page_has_every_table_and_every_figure_non_empty(report):
                     "Left out (1)"):  # fmt: skip
         assert f">{heading}" in page, heading
     assert "video top-1 <b>75.00%</b>" in page and "+2.50 points" in page  # the summary line against the first
-    assert "<td>top-1</td><td>75.00</td><td>72.50</td><td>2.50</td><td>a paper, table 3</td>" in page
+    assert "<td>top-1</td><td>75.00</td><td>72.50</td><td>+2.50</td><td>a paper, table 3</td>" in page
+    assert "<td>top-1</td><td>75.00</td><td>76.00</td><td>-1.00</td><td>a model zoo</td>" in page
     assert "<td>70.00 / 98.00</td>" in page  # clip level
     per_class = page.split(">Per class", 1)[1].split("</table>", 1)[0]
     assert per_class.index("<td>up</td>") < per_class.index("<td>left</td>") < per_class.index("<td>down</td>")
@@ -148,7 +152,8 @@ def test_the_page_has_every_table_and_every_figure_non_empty(report):
         on_disk = report.parent / name
         assert on_disk.stat().st_size > 10_000, name
         assert image.width >= 600 and ink(image) > 0.02, name  # drawn, not blank
-        assert len(colour_columns(image, TAB_BLUE)) > 20, name  # the data itself is plotted
+        if name != "confusion.png":  # drawn in the Blues colour map, not in line colours
+            assert len(colour_columns(image, TAB_BLUE)) > 20, name  # the data itself is plotted
     assert figures["curves.png"].width == 1300 and figures["throughput.png"].width == 1300
 
 
@@ -168,6 +173,9 @@ def test_broken_inputs_are_named(tmp_path):
             write_report(ReportInputs(**{**vars(inputs), **change}), out)
     (run / "train/metrics.jsonl").write_text('{"epoch": 1}\nnot a line\n')
     with pytest.raises(ClipflowError, match=r"metrics.jsonl line 2 is not JSON: 'not a line'"):
+        write_report(inputs_of(run), out)
+    (run / "train/metrics.jsonl").write_text('{"epoch": 1, "loss": 2.0, "lr": 0.1}\n')
+    with pytest.raises(ClipflowError, match=r"metrics.jsonl record 1 has no clips_per_s, data_time, step_time"):
         write_report(inputs_of(run), out)
     (run / "train/metrics.jsonl").write_text("\n")
     with pytest.raises(ClipflowError, match="has no epoch in it"):

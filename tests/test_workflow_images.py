@@ -52,7 +52,7 @@ def test_resnet18_cifar10_end_to_end_on_ddp(workdir):
     assert metrics["reference"]["top1"] == 68.79
     assert metrics["protocol"] == "1 view (whole image)" and metrics["workers"] == 2 and metrics["num_views"] == 1
     report = (workdir / "results/cifar/report/report.html").read_text()
-    assert "train images (failed)" in report and "200 (0)" in report
+    assert "<th>split</th><th>images</th><th>failed</th>" in report and "<td>train</td><td>200</td><td>0</td>" in report
     assert (
         "back end ddp: gradients summed over 2 workers (gloo, rank 0 on cpu)"
         in (workdir / "logs/cifar/train.log").read_text()

@@ -55,7 +55,8 @@ def test_snakemake_report_holds_the_page_with_every_table_and_figure(two_runs):
     figures = embedded_figures(page)
     assert sorted(figures) == ["confusion.png", "curves.png", "scaling.png", "throughput.png"]
     for name, image in figures.items():
-        assert image.width >= 600 and ink(image) > 0.02 and colour_columns(image, TAB_BLUE), name
+        assert image.width >= 600 and ink(image) > 0.02, name
+        assert name == "confusion.png" or colour_columns(image, TAB_BLUE), name  # lines and bars in line colours
     history = [json.loads(x) for x in (two_runs / "results/two/train/metrics.jsonl").read_text().splitlines()]
     assert [w["rank"] for w in history[-1]["workers"]] == [0, 1]  # each worker's own speed, recorded
     assert all(w["clips_per_s"] > 0 and w["step_time"] > 0 for w in history[-1]["workers"])

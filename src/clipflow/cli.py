@@ -391,12 +391,17 @@ def _add_worker_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
 
 
+def _shared_path(path: str) -> str:
+    """``path`` as a role on any host of the plan names it: absolute, on the storage the hosts share."""
+    return str(Path(path).absolute())
+
+
 def _worker_argv(a: argparse.Namespace) -> list[str]:
-    """The worker's arguments; paths absolute, so a role on another host (shared storage) finds them."""
+    """The worker's arguments, paths as every host names them."""
     for name in ("recipe", "splits_dir", "root", "checkpoint_root", "model_out", "metrics_out", "val_list",
                  "tensorboard"):  # fmt: skip
         if (name != "recipe" or Path(a.recipe).exists()) and getattr(a, name):  # a recipe may also be a name
-            setattr(a, name, str(Path(getattr(a, name)).absolute()))
+            setattr(a, name, _shared_path(getattr(a, name)))
     return [
         "--recipe",
         a.recipe,
@@ -459,7 +464,7 @@ def cmd_collect(a: argparse.Namespace) -> int:
     from clipflow.collect.gather import MANIFEST, collect
 
     plan = Plan.read(a.plan)
-    model, root = str(Path(a.model).absolute()), str(Path(a.checkpoint_root).absolute())  # as train launch gave them
+    model, root = _shared_path(a.model), _shared_path(a.checkpoint_root)  # as train launch gave them
     outcome = collect(plan, a.log_dir, root, model, Path(a.out), a.backend)
     if outcome.problems:
         for problem in outcome.problems:
@@ -602,7 +607,7 @@ def cmd_evaluate_launch(a: argparse.Namespace) -> int:
     check_inputs(a.model, a.list, a.root, a.batch_size)  # once here, rather than in every worker
     check_ports(plan)
     python = plan.python or sys.executable
-    paths = [str(Path(p).absolute()) for p in (a.model, a.list, a.root, a.out)]  # a worker on another host
+    paths = [_shared_path(p) for p in (a.model, a.list, a.root, a.out)]
     worker = [python, "-m", "clipflow", "evaluate", "worker", *_evaluate_argv(*paths, a.batch_size)]
     code = Launcher(role_commands(plan, worker, backend="ddp"), a.log_dir, grace_s=a.grace).run()
     if code:
@@ -678,7 +683,7 @@ def _add_evaluate_args(p: argparse.ArgumentParser, required: bool) -> None:
         "--batch-size",
         type=int,
         default=None,
-        help="views a forward pass, rounded down to whole videos (default: the recipe's eval_batch_size)",
+        help="views a forward pass at most; a batch holds whole videos (default: the recipe's eval_batch_size)",
     )
 
 
@@ -833,7 +838,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-dir", required=True, help="train launch's --log-dir (the roles' own logs are under it)")
     p.add_argument("--checkpoint-root", required=True, help="train launch's --checkpoint-root")
     p.add_argument("--model", required=True, help="train launch's --model-out")
-    p.add_argument("--backend", default="ps", choices=["ps", "ddp"], help="train launch's --backend")
+    p.add_argument("--backend", default="ps", choices=["ps", "ddp"],
+                   help="train launch's --backend (one the run did not train with is named)")  # fmt: skip
     p.add_argument("--out", required=True, help="the collection folder; manifest.json in it when all verified")
     p.set_defaults(func=cmd_collect)
 

@@ -16,14 +16,15 @@ import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import paramiko
+
 from clipflow.checksums import SUFFIX, parse_checksum, sha256_of
 from clipflow.cluster.plan import Plan, Role
 from clipflow.collect.hostfiles import open_host
 from clipflow.errors import ClipflowError
 from clipflow.files import write_text_atomic
 from clipflow.host_log import host_log_path
-from clipflow.train.checkpoint import checkpoint_name, order_points
-from clipflow.train.trainer import RUN_FACTS
+from clipflow.train.checkpoint import RUN_FACTS, checkpoint_name, order_points
 
 MANIFEST = "manifest.json"
 
@@ -58,6 +59,10 @@ class Outcome:
     partial: Path
 
 
+# what a dropped ssh connection raises (paramiko's SSHException, EOFError) besides OSError
+LOST = (OSError, EOFError, paramiko.SSHException)
+
+
 def collect(plan: Plan, log_dir: str, checkpoint_root: str, model: str, out: Path, backend: str = "ps") -> Outcome:
     rank0 = next((r for r in plan.roles if r.role == "worker" and r.rank == 0), None)
     if rank0 is None:
@@ -87,11 +92,13 @@ def collect(plan: Plan, log_dir: str, checkpoint_root: str, model: str, out: Pat
         try:
             wanted = [_log(r, log_dir) for r in roles]
             if host == rank0.host:
-                wanted += _rank0_files(where, checkpoint_root, model, problems)
+                wanted += _rank0_files(where, checkpoint_root, model, backend, problems)
             for item in wanted:
                 got = _fetch(where, item, partial, problems)
                 if got:
                     files.append(got)
+        except LOST as exc:  # the connection dropped while listing or copying: this host's files stop here
+            problems.append(f"host {host}: the connection was lost while collecting ({exc or type(exc).__name__})")
         finally:
             where.close()
     if not problems:
@@ -109,7 +116,7 @@ def _log(role: Role, log_dir: str) -> Wanted:
     return Wanted("log", host_log_path(log_dir, role.role, role.rank), f"logs/{name}", role.role, role.rank)
 
 
-def _rank0_files(where, checkpoint_root: str, model: str, problems: list[str]) -> list[Wanted]:
+def _rank0_files(where, checkpoint_root: str, model: str, backend: str, problems: list[str]) -> list[Wanted]:
     """The final model, and from the run's checkpoint folder the newest checkpoint and best.pt/best.json."""
     wanted = [Wanted("model", model, posixpath.basename(model))]
     runs = [f"{checkpoint_root}/{name}" for name in where.subfolders(checkpoint_root)]
@@ -121,6 +128,13 @@ def _rank0_files(where, checkpoint_root: str, model: str, problems: list[str]) -
         )
         return wanted
     run = max(runs, key=lambda r: where.mtime(f"{r}/{RUN_FACTS}"))
+    try:
+        trained = json.loads(where.read_text(f"{run}/{RUN_FACTS}")).get("backend")
+    except (OSError, ValueError, AttributeError):
+        trained = None  # the checksums below still check every file
+    if trained and trained != backend:
+        problems.append(f"host {where.host}: {where.shown(run)}: the run trained with --backend {trained}, "
+                        f"not {backend}: collect with --backend {trained}")  # fmt: skip
     names = where.names(run)
     points = order_points(names)
     if points:
@@ -153,7 +167,7 @@ def _fetch(where, item: Wanted, partial: Path, problems: list[str]) -> Collected
     local = partial / item.local
     try:
         where.copy(item.remote, local)
-    except OSError as exc:
+    except OSError as exc:  # LOST beyond OSError goes up to the host's loop: nothing more comes from it
         problems.append(f"{shown}: the copy failed ({exc})")
         return None
     copied = sha256_of(local)

@@ -14,6 +14,7 @@ from pathlib import Path
 from clipflow.cluster.hostsfile import parse_host
 from clipflow.cluster.plan import Plan
 from clipflow.cluster.ssh import connect
+from clipflow.errors import ClipflowError
 
 
 class LocalFiles:
@@ -57,7 +58,11 @@ class SftpFiles:
     def __init__(self, plan: Plan, host: str) -> None:
         self.host = host
         self.conn = connect(parse_host(host, "the plan's hosts"), plan.ssh_settings())
-        self.sftp = self.conn.sftp()
+        try:
+            self.sftp = self.conn.sftp()
+        except Exception as exc:  # paramiko's SSHException, EOFError: the server refused or dropped SFTP
+            self.conn.close()
+            raise ClipflowError(f"{host}: no SFTP session ({exc or type(exc).__name__})") from None
         self.workdir = plan.workdir or "."
 
     def _path(self, path: str) -> str:

@@ -2,11 +2,11 @@
 
 A video recipe's test mode (clipflow.data.dataset.SlowFastClips) gives each video's
 ``test_clips x test_crops`` views (clip-major), decoded once; an image recipe's gives one view (the
-validation view: the whole image at the default crop, else the centre crop). A forward pass takes the
-views of whole videos, so a video's views are always scored together and its scores do not depend on
-which worker scored it. Per video: the mean of its views' softmax probabilities (PySlowFast's
-ensemble), its loss ``-log`` of that mean's probability of the label, and how many views had the label
-in their top-1 and top-min(5, classes).
+validation view: the whole image at the default crop, else the centre crop). A batch holds the views
+of whole videos, so a video's views are always scored together and its scores do not depend on which
+worker scored it; a forward pass takes at most ``batch_size`` views. Per video: the mean of its views'
+softmax probabilities (PySlowFast's ensemble), its loss ``-log`` of that mean's probability of the
+label, and how many views had the label in their top-1 and top-min(5, classes).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import torch
 
+from clipflow.data.cifar import SIDE
 from clipflow.data.loader import make_loader
 from clipflow.evaluate.metrics import top_k
 from clipflow.train.trainer import transform_spec
@@ -25,7 +26,7 @@ def protocol_of(recipe: dict) -> str:
     d = recipe["data"]
     if d["kind"] == "image":
         size = d["input_size"]
-        return "1 view (whole image)" if size == 32 else f"1 view (centre {size}x{size} crop)"
+        return "1 view (whole image)" if size == SIDE else f"1 view (centre {size}x{size} crop)"
     spec = transform_spec(recipe)  # the test views, with TransformSpec's defaults where the recipe is silent
     clips, crops, size = spec.test_clips, spec.test_crops, spec.input_size
     return (
@@ -35,7 +36,8 @@ def protocol_of(recipe: dict) -> str:
 
 
 def videos_per_batch(batch_size: int, views: int) -> int:
-    """Whole videos per forward pass: ``batch_size`` views rounded down, at least one video."""
+    """Whole videos per batch: ``batch_size`` views rounded down, at least one video (whose views then go
+    through the model ``batch_size`` at a time)."""
     return max(1, batch_size // views)
 
 
@@ -61,7 +63,10 @@ def score_videos(
         for *inputs, labels in loader:
             videos = len(labels)
             flat = [x.reshape(videos * views, *x.shape[2:]) if dataset.mode == "test" else x for x in inputs]
-            logits = model(*(dataset.normalize(x.to(device)) for x in flat)).to(torch.float64).cpu()
+            flat = [dataset.normalize(x.to(device)) for x in flat]
+            step = min(batch_size, len(flat[0]))  # a video with more views than batch_size: passes of its views
+            logits = torch.cat([model(*(x[i : i + step] for x in flat)) for i in range(0, len(flat[0]), step)])
+            logits = logits.to(torch.float64).cpu()
             logits = logits.reshape(videos, views, classes)
             best = logits.topk(k, dim=2).indices  # [videos, views, k]
             labels = labels.to(torch.int64)

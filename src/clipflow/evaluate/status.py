@@ -16,8 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from clipflow.errors import ClipflowError
-from clipflow.train.checkpoint import CheckpointStore
-from clipflow.train.trainer import RUN_FACTS
+from clipflow.train.checkpoint import RUN_FACTS, CheckpointStore
 
 RECENT_EPOCHS = 3
 

@@ -82,7 +82,7 @@ def plot_throughput(history: list[dict], out: Path) -> Path:
         else:  # a history from before per-worker figures: rank 0's
             data, compute = [sum(h["data_time"] for h in history)], [sum(h["step_time"] for h in history)]
             labels = ["worker 0"]
-        split.barh(labels, compute, color="tab:blue", label="compute (forward, backward, update)")
+        split.barh(labels, compute, color="tab:blue", label="compute (forward, backward, gradient exchange, update)")
         split.barh(labels, data, left=compute, color="tab:orange", label="waiting for data")
         split.set_title("where each worker's time went (s, whole run)")
         split.set_xlabel("seconds")

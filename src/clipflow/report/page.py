@@ -19,6 +19,7 @@ from pathlib import Path
 from clipflow.errors import ClipflowError
 from clipflow.report import figures
 from clipflow.report.compare import comparisons
+from clipflow.report.history import read_history
 from clipflow.report.scaling import scaling_points
 from clipflow.report.tables import MAX_CONFUSION_CELLS, confusion_table, pairs, table
 
@@ -46,23 +47,6 @@ def _read_json(path: Path, what: str) -> dict:
         raise ClipflowError(f"{what} {path} does not exist") from None
     except (OSError, ValueError) as exc:
         raise ClipflowError(f"{what} {path} is not readable JSON ({exc})") from None
-
-
-def read_history(path: Path) -> list[dict]:
-    try:
-        lines = Path(path).read_text().splitlines()
-    except FileNotFoundError:
-        raise ClipflowError(f"training history {path} does not exist; run the train stage first") from None
-    history = []
-    for number, line in enumerate(lines, 1):
-        if line.strip():
-            try:
-                history.append(json.loads(line))
-            except ValueError:
-                raise ClipflowError(f"training history {path} line {number} is not JSON: {line[:80]!r}") from None
-    if not history:
-        raise ClipflowError(f"training history {path} has no epoch in it")
-    return history
 
 
 def _figure(path: Path, alt: str) -> str:
@@ -98,14 +82,15 @@ def _evaluation(metrics: dict, out: Path) -> str:
             "video top-1 / top-5 (%)",
             f"{100 * video.get('top1', metrics['top1']):.2f} / {100 * video.get('top5', metrics['top5']):.2f}",
         ),  # fmt: skip
-        ("loss", metrics.get("loss")),
+        ("loss (video level)", None if metrics.get("loss") is None else f"{metrics['loss']:.4f}"),
     ]
     parts = ["<h2>Evaluation</h2>", pairs(rows)]
     compared = comparisons(metrics)
     parts.append("<h3>Against the published results</h3>")
     if compared:
         header = ["metric", "this run (%)", "reference (%)", "difference (points)", "source", "reference protocol"]
-        rows = [[c.metric, c.this_run, c.reference, c.difference, c.source, c.protocol] for c in compared]
+        rows = [[c.metric, c.this_run, c.reference, None if c.difference is None else f"{c.difference:+.2f}",
+                 c.source, c.protocol] for c in compared]  # fmt: skip
         parts.append(table(header, rows))
         parts.append(f'<p class="caption">This run: {html.escape(str(metrics.get("protocol")))}.</p>')
     else:
@@ -149,16 +134,18 @@ def _throughput(history: list[dict], out: Path) -> str:
     return part
 
 
-def _scaling(results: Path | None, recipe: str, out: Path) -> str:
-    points = scaling_points(results, recipe) if results else []
+def _scaling(results: Path | None, recipe: str, batch_size: int | None, out: Path) -> str:
+    points = scaling_points(results, recipe, batch_size) if results else []
     if len(points) < 2:
         return ""
     base = points[0]
     return ("<h2>Scaling</h2>" + _figure(figures.plot_scaling(points, out / "scaling.png"), "scaling")
             + table(["run", "workers", "clips/s", "speed-up", "efficiency (%)"],
                     [[p.run, p.workers, p.clips_per_s, p.speedup(base), 100 * p.efficiency(base)] for p in points])
-            + f'<p class="caption">Finished runs of {html.escape(recipe)} under {html.escape(str(results))}/, '
-              "the median clips/s of each run's epochs after the first.</p>")  # fmt: skip
+            + f'<p class="caption">Finished runs under {html.escape(str(results))}/ of {html.escape(recipe)} at '
+              f"{batch_size} clips per worker, the median clips/s (every worker's summed) of each run's epochs after "
+              "the first. The report is made when its run ends: rerun it (snakemake -R report) after another run "
+              "finishes.</p>")  # fmt: skip
 
 
 def _cluster(plan: dict, checks: dict | None) -> str:
@@ -221,7 +208,7 @@ def write_report(inputs: ReportInputs, out_dir: str | Path, run: str = "") -> Pa
         _evaluation(metrics, out),
         _training(history, out),
         _throughput(history, out),
-        _scaling(inputs.results, metrics["recipe"], out),
+        _scaling(inputs.results, metrics["recipe"], history[-1].get("batch_size"), out),
         _cluster(plan, checks),
         _collected(collected),
         _dataset(manifest),

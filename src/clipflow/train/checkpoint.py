@@ -24,6 +24,8 @@ from clipflow.checksums import checksum_path, record_checksum
 NAME = re.compile(r"^epoch_(\d{4,})(?:_iter_(\d{6,}))?\.pt$")
 Point = tuple[int, int]  # (epoch, iterations done in it; 0: the epoch is complete)
 
+RUN_FACTS = "run.json"  # beside the checkpoints: what `clipflow status` and collection need to know of the run
+
 
 def order_points(names: list[str]) -> list[Point]:
     """The (epoch, iteration) of every checkpoint name among ``names``, oldest first: inside epoch e comes after

@@ -51,7 +51,8 @@ def _sum_hook(_state, bucket):  # no annotations: DDP checks them as classes, an
 
 
 # BatchNorm statistics stay each worker's between steps (the trainer broadcasts rank 0's at the start, as the
-# parameter server does). torch 2.13 renamed the switch; a cluster's image may hold an older torch.
+# parameter server does). torch 2.13 added forward_sync_buffers for this and deprecated broadcast_buffers; a
+# cluster's image may hold an older torch, which has only the latter.
 _NO_FORWARD_BUFFER_SYNC = (
     {"forward_sync_buffers": False}
     if "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from clipflow.checksums import record_checksum
+from clipflow.checksums import checksum_path, record_checksum
 from clipflow.data.dataset import SlowFastClips
 from clipflow.data.loader import make_loader
 from clipflow.data.sampling import ClipSpec
@@ -32,7 +32,7 @@ from clipflow.data.transforms import TransformSpec
 from clipflow.errors import ClipflowError
 from clipflow.files import write_text_atomic
 from clipflow.models import build_model, is_image_model
-from clipflow.train.checkpoint import CheckpointStore, atomic_save
+from clipflow.train.checkpoint import RUN_FACTS, CheckpointStore, atomic_save
 from clipflow.train.comm import DDPComm, PSComm
 from clipflow.train.faults import FaultInjector
 from clipflow.train.progress import TensorBoardScalars, epoch_bar, progress_interval
@@ -120,9 +120,6 @@ def optimizer_settings(train: dict, lr: float) -> dict:
     else:
         names = ("momentum", "nesterov", "wd")
     return {"name": train["optimizer"], "learning_rate": lr, **{n: train[n] for n in names}}
-
-
-RUN_FACTS = "run.json"  # beside the checkpoints: what `clipflow status` needs to know of the run
 
 
 def step_seed(seed: int, rank: int, step: int) -> int:
@@ -294,8 +291,10 @@ class Trainer:
     def _save_best(self, epoch: int, val: dict) -> None:
         self.best_top1 = val["val_top1"]
         atomic_save({"model": self.model.state_dict(), "recipe": self.recipe, "epoch": epoch, **val}, self.best_path)
-        write_text_atomic(self.best_path.with_suffix(".json"), json.dumps({"epoch": epoch, **val}) + "\n")
-        record_checksum(self.best_path.with_suffix(".json"))  # collected with best.pt
+        facts = self.best_path.with_suffix(".json")
+        checksum_path(facts).unlink(missing_ok=True)  # a crash before the new one: "no checksum", not "damaged"
+        write_text_atomic(facts, json.dumps({"epoch": epoch, **val}) + "\n")
+        record_checksum(facts)  # collected with best.pt
         self.log(f"best val top-1 so far: {self.best_path} (epoch {epoch})")
 
     # -- the loop --------------------------------------------------------------------------------
@@ -421,7 +420,8 @@ class Trainer:
                 "loss": loss_avg,
                 "train_top1": acc,
                 "lr": lr,
-                "clips_per_s": count_here * self.num_workers / elapsed,
+                "batch_size": self.batch_size,  # per worker: runs compared for scaling must share it
+                "clips_per_s": sum(w["clips_per_s"] for w in workers),  # every worker's own, measured
                 "data_time": data_time,
                 "step_time": step_time,
                 "epoch_time": elapsed,
