@@ -16,6 +16,7 @@ from clipflow.cluster.plan import make_plan
 from clipflow.errors import ClipflowError
 from clipflow.train.comm import DDPConfig, lost_peer
 from clipflow.train.device import worker_device
+from clipflow.train.interface import choose_gloo_interface, interface_with_address
 from clipflow.train.roles import role_commands
 
 
@@ -138,6 +139,20 @@ def test_a_ddp_worker_with_a_missing_or_bad_variable_says_which(tmp_path, env_ex
     assert done.returncode == 2 and message in done.stderr, done.stderr
 
 
+def test_gloo_is_told_the_interface_of_the_worker_address_unless_the_user_chose_one():
+    """Gloo otherwise binds where the host name resolves, loopback on many hosts (and on the network-namespace
+    hosts, where evaluation across hosts failed with 'Connection refused' before this)."""
+    assert interface_with_address("127.0.0.1") == "lo" and interface_with_address("localhost") == "lo"
+    assert interface_with_address("192.0.2.77") is None  # TEST-NET-1: on no interface here
+    assert interface_with_address("no-such-host.invalid") is None
+    env = {"CLIPFLOW_NODE_ADDRESS": "127.0.0.1"}
+    assert choose_gloo_interface(env) == "lo" and env["GLOO_SOCKET_IFNAME"] == "lo"
+    mine = {"CLIPFLOW_NODE_ADDRESS": "127.0.0.1", "GLOO_SOCKET_IFNAME": "eth7"}
+    assert choose_gloo_interface(mine) == "eth7" and mine["GLOO_SOCKET_IFNAME"] == "eth7"
+    unknown = {"CLIPFLOW_NODE_ADDRESS": "192.0.2.77"}
+    assert choose_gloo_interface(unknown) is None and "GLOO_SOCKET_IFNAME" not in unknown
+
+
 def test_only_a_lost_connection_counts_as_another_process_leaving():
     gloo = "[../gloo/transport/tcp/pair.cc:561] Connection closed by peer [127.0.0.1]:35030"
     assert lost_peer(RuntimeError(gloo)) and lost_peer(RuntimeError("Connection reset by peer"))
@@ -154,6 +169,7 @@ def test_ddp_roles_are_the_workers_with_torchrun_variables():
     ]  # fmt: skip
     env = [c.env for c in commands]
     assert {e["MASTER_ADDR"] for e in env} == {"gpu01"} and {e["MASTER_PORT"] for e in env} == {"9100"}
+    assert [e["CLIPFLOW_NODE_ADDRESS"] for e in env] == ["gpu01", "gpu01", "gpu02"]  # each worker's own
     assert [(e["RANK"], e["WORLD_SIZE"], e["LOCAL_RANK"], e["LOCAL_WORLD_SIZE"]) for e in env] == [
         ("0", "3", "0", "2"), ("1", "3", "1", "2"), ("2", "3", "0", "1"),
     ]  # fmt: skip

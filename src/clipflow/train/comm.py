@@ -30,6 +30,7 @@ import torch
 from clipflow.errors import ClipflowError
 from clipflow.ps.env import float_var, int_var, required_var
 from clipflow.train.buckets import WdMult
+from clipflow.train.interface import choose_gloo_interface
 
 BACKENDS = ("ps", "ddp")
 DEFAULT_DDP_TIMEOUT_S = 600.0  # a collective not met by every process within this fails (gloo's own timeout)
@@ -65,7 +66,9 @@ class PSComm:
 
     backend = "ps"
     transport = "zmq"  # what carries the gradients
-    KEYS = {"buffers": 100_000, "optimizer": 200_000, "meta": 300_000, "metrics": 300_001, "val": 300_002}
+    # one key per use: a key keeps the size its first push gave it
+    KEYS = {"buffers": 100_000, "optimizer": 200_000, "meta": 300_000, "metrics": 300_001, "val": 300_002,
+            "partial": 300_003}  # fmt: skip
 
     def __init__(self, kv: Any, settings: PSSettings):
         self.kv, self.settings = kv, settings
@@ -158,6 +161,8 @@ class DDPComm:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         self.transport = "nccl" if self.device.type == "cuda" else "gloo"
+        if self.transport == "gloo":
+            choose_gloo_interface(os.environ)  # read by gloo when the group is made
         dist.init_process_group(
             self.transport,
             init_method=f"tcp://{_host_port(config.master_addr, config.master_port)}",

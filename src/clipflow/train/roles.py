@@ -32,6 +32,7 @@ from clipflow.cluster.slurm import srun_argv
 from clipflow.cluster.ssh import ssh_argv
 from clipflow.host_log import ENV as HOST_LOG_ENV
 from clipflow.host_log import host_log_path
+from clipflow.train.interface import NODE_ADDRESS
 from clipflow.train.launcher import RoleCommand
 
 
@@ -55,6 +56,7 @@ def ps_environment(plan: Plan, role: Role) -> dict[str, str]:
 def ddp_environment(plan: Plan, role: Role, local_size: int) -> dict[str, str]:
     master = next(r for r in plan.roles if r.role == "worker" and r.rank == 0)
     return {
+        NODE_ADDRESS: role.address,  # gloo's interface (clipflow.train.interface)
         "MASTER_ADDR": master.address,
         "MASTER_PORT": str(plan.root_port),
         "RANK": str(role.rank),

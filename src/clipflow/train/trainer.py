@@ -326,7 +326,7 @@ class Trainer:
     def _checkpoint_inside(self, epoch: int, step: int, iteration: int, local: tuple[float, int, int]) -> None:
         """A checkpoint inside an epoch: every worker adds its totals so far (collective), rank 0 saves."""
         totals = torch.tensor([float(v) for v in local])
-        self.comm.all_sum("metrics", totals)
+        self.comm.all_sum("partial", totals)  # its own key: "metrics" also carries every worker's speed
         if self.rank == 0:
             partial = {"loss_sum": float(totals[0]), "correct": int(totals[1]), "count": int(totals[2])}
             self._checkpoint(epoch, step, iteration, partial)

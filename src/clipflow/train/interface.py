@@ -1,0 +1,48 @@
+"""Which network interface of this host holds an address: gloo binds to the interface it is told.
+
+Gloo picks its interface from the host name; where that resolves to a loopback address (a common
+/etc/hosts line, and the network-namespace hosts of the tests), every peer is told to connect to
+127.0.0.1 and the job fails with "Connection refused". The launcher knows each worker's address
+(the plan's), so the worker names the interface holding it (``GLOO_SOCKET_IFNAME``) unless the
+user set one.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import socket
+import struct
+from collections.abc import MutableMapping
+
+SIOCGIFADDR = 0x8915  # Linux: an interface's IPv4 address
+NODE_ADDRESS = "CLIPFLOW_NODE_ADDRESS"  # set by the launcher: this worker's address in the plan
+
+
+def interface_with_address(address: str) -> str | None:
+    """The name of this host's interface whose IPv4 address is ``address`` (a name is resolved first);
+    None when no interface has it (NAT, IPv6) or it cannot be resolved."""
+    try:
+        wanted = socket.gethostbyname(address)
+    except OSError:
+        return None
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        for _, name in socket.if_nameindex():
+            try:
+                answer = fcntl.ioctl(probe.fileno(), SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+            except OSError:  # no IPv4 address on it
+                continue
+            if socket.inet_ntoa(answer[20:24]) == wanted:
+                return name
+    return None
+
+
+def choose_gloo_interface(environ: MutableMapping[str, str]) -> str | None:
+    """Sets GLOO_SOCKET_IFNAME to the interface of this worker's plan address when the user has not set it;
+    returns the interface gloo will use by name (None: gloo's own choice)."""
+    if environ.get("GLOO_SOCKET_IFNAME"):
+        return environ["GLOO_SOCKET_IFNAME"]
+    address = environ.get(NODE_ADDRESS, "")
+    name = interface_with_address(address) if address else None
+    if name:
+        environ["GLOO_SOCKET_IFNAME"] = name
+    return name
