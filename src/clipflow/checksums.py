@@ -9,9 +9,10 @@ atomically: a reader sees no checksum or a whole one.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from pathlib import Path
+
+from clipflow.files import write_text_atomic
 
 SUFFIX = ".sha256"
 LINE = re.compile(r"^([0-9a-f]{64}) [ *](.+)$")
@@ -35,14 +36,16 @@ def record_checksum(path: str | Path) -> str:
     """Writes ``<path>.sha256`` for the file as it is now; returns the digest."""
     path = Path(path)
     digest = sha256_of(path)
-    target = checksum_path(path)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(f"{digest}  {path.name}\n", encoding="ascii")
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_text_atomic(checksum_path(path), f"{digest}  {path.name}\n")
     return digest
+
+
+def write_text_with_checksum(path: str | Path, text: str) -> None:
+    """``text`` written atomically to ``path``, then its checksum; the old checksum goes first, so a crash in
+    between leaves the file without one (reported as such), never beside a checksum of other contents."""
+    checksum_path(path).unlink(missing_ok=True)
+    write_text_atomic(path, text)
+    record_checksum(path)
 
 
 def parse_checksum(text: str, name: str) -> str:

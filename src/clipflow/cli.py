@@ -433,11 +433,23 @@ def _worker_argv(a: argparse.Namespace) -> list[str]:
     ]
 
 
-def cmd_train_launch(a: argparse.Namespace) -> int:
-    from clipflow.cluster.plan import Plan, check_ports
-    from clipflow.recipe import load_recipe
+def _launch_roles(plan, command: list[str], backend: str, log_dir: str, grace: float, host_logs: bool) -> int:
+    """Runs `python -m clipflow COMMAND...` on the plan's workers (and, with backend ps, its scheduler and
+    servers) until the first failure; the launcher's exit code. ``host_logs``: each role also keeps its log on
+    its own host, for collection."""
+    from clipflow.cluster.plan import check_ports
     from clipflow.train.launcher import Launcher
     from clipflow.train.roles import role_commands
+
+    check_ports(plan)
+    worker = [plan.python or sys.executable, "-m", "clipflow", *command]
+    commands = role_commands(plan, worker, backend=backend, log_dir=log_dir if host_logs else "")
+    return Launcher(commands, log_dir, grace_s=grace).run()
+
+
+def cmd_train_launch(a: argparse.Namespace) -> int:
+    from clipflow.cluster.plan import Plan
+    from clipflow.recipe import load_recipe
 
     load_recipe(a.recipe, _json(a.overrides))  # fail here, once, rather than in every worker
     _ps_settings(a).check_for(a.backend)
@@ -446,11 +458,7 @@ def cmd_train_launch(a: argparse.Namespace) -> int:
 
         read_list(a.val_list)  # a missing or broken val list, named here
     plan = Plan.read(a.plan)
-    check_ports(plan)
-    python = plan.python or sys.executable
-    worker = [python, "-m", "clipflow", "train", "worker", *_worker_argv(a)]
-    commands = role_commands(plan, worker, backend=a.backend, log_dir=a.log_dir)
-    code = Launcher(commands, a.log_dir, grace_s=a.grace).run()
+    code = _launch_roles(plan, ["train", "worker", *_worker_argv(a)], a.backend, a.log_dir, a.grace, host_logs=True)
     if code:
         print(
             f"clipflow: error: training failed (exit {code}); rerun to resume from the last checkpoint", file=sys.stderr
@@ -595,21 +603,17 @@ def cmd_evaluate(a: argparse.Namespace) -> int:
 
 
 def cmd_evaluate_launch(a: argparse.Namespace) -> int:
-    from clipflow.cluster.plan import Plan, check_ports
+    from clipflow.cluster.plan import Plan
     from clipflow.evaluate.evaluate import check_inputs
-    from clipflow.train.launcher import Launcher
-    from clipflow.train.roles import role_commands
 
     _evaluate_args(a)
     plan = Plan.read(a.plan)
     if not any(r.role == "worker" for r in plan.roles) or plan.num_workers < 1:
         raise ClipflowError(f"cluster plan {a.plan} has no workers to evaluate on; rerun the cluster stage")
     check_inputs(a.model, a.list, a.root, a.batch_size)  # once here, rather than in every worker
-    check_ports(plan)
-    python = plan.python or sys.executable
     paths = [_shared_path(p) for p in (a.model, a.list, a.root, a.out)]
-    worker = [python, "-m", "clipflow", "evaluate", "worker", *_evaluate_argv(*paths, a.batch_size)]
-    code = Launcher(role_commands(plan, worker, backend="ddp"), a.log_dir, grace_s=a.grace).run()
+    worker = ["evaluate", "worker", *_evaluate_argv(*paths, a.batch_size)]
+    code = _launch_roles(plan, worker, "ddp", a.log_dir, a.grace, host_logs=False)
     if code:
         print(f"clipflow: error: evaluation failed (exit {code}); see the workers' logs in {a.log_dir}",
               file=sys.stderr)  # fmt: skip

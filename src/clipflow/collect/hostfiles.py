@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import posixpath
 import shutil
+import stat
 from pathlib import Path
 
 from clipflow.cluster.hostsfile import parse_host
@@ -89,8 +90,6 @@ class SftpFiles:
             return fh.read().decode("utf-8", errors="replace")
 
     def subfolders(self, folder: str) -> list[str]:
-        import stat
-
         try:
             entries = self.sftp.listdir_attr(self._path(folder))
         except OSError:

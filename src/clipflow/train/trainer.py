@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from clipflow.checksums import checksum_path, record_checksum
+from clipflow.checksums import write_text_with_checksum
 from clipflow.data.dataset import SlowFastClips
 from clipflow.data.loader import make_loader
 from clipflow.data.sampling import ClipSpec
@@ -291,10 +291,8 @@ class Trainer:
     def _save_best(self, epoch: int, val: dict) -> None:
         self.best_top1 = val["val_top1"]
         atomic_save({"model": self.model.state_dict(), "recipe": self.recipe, "epoch": epoch, **val}, self.best_path)
-        facts = self.best_path.with_suffix(".json")
-        checksum_path(facts).unlink(missing_ok=True)  # a crash before the new one: "no checksum", not "damaged"
-        write_text_atomic(facts, json.dumps({"epoch": epoch, **val}) + "\n")
-        record_checksum(facts)  # collected with best.pt
+        # collected with best.pt, so its checksum is recorded too
+        write_text_with_checksum(self.best_path.with_suffix(".json"), json.dumps({"epoch": epoch, **val}) + "\n")
         self.log(f"best val top-1 so far: {self.best_path} (epoch {epoch})")
 
     # -- the loop --------------------------------------------------------------------------------
