@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from clipflow.errors import ClipflowError
+from clipflow.errors import FAILURES, ClipflowError
 
 
 def _json(text: str) -> dict:
@@ -908,9 +908,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except ClipflowError as exc:
-        print(f"clipflow: error: {exc}", file=sys.stderr, flush=True)
-        return 2
+    except FAILURES as exc:
+        print(f"clipflow: {exc.label}: {exc}", file=sys.stderr, flush=True)
+        return exc.exit_status
     except KeyboardInterrupt:
         print("clipflow: interrupted", file=sys.stderr)
         return 130

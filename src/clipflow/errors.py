@@ -1,5 +1,27 @@
-"""Errors a user can cause. The command line prints them as one line and exits 2."""
+"""Failures by kind, each with its own exit status and the words the command line prints before it.
+
+* :class:`ClipflowError`: something the user can fix (an input, a setting, the environment); the message
+  names the thing and the fix. Exit 2, ``clipflow: error: ...``.
+* :class:`CommError`: the job's communication failed (a peer's message broken or out of protocol, no
+  answer in time), with inputs that were fine: the message says what failed and where, never to change an
+  input. Exit 76 (EX_PROTOCOL), ``clipflow: communication failure: ...``.
+
+A process that stops because the job failed elsewhere exits 75 (:data:`clipflow.ps.exitcodes.ABORTED`).
+"""
 
 
 class ClipflowError(Exception):
     """A problem with the user's input or environment, with the fix in its message."""
+
+    exit_status = 2
+    label = "error"
+
+
+class CommError(Exception):
+    """A message between the job's processes broken or out of protocol, or a peer's answer not in time."""
+
+    exit_status = 76  # EX_PROTOCOL
+    label = "communication failure"
+
+
+FAILURES = (ClipflowError, CommError)  # what the command line prints as one line and exits with
