@@ -4,49 +4,11 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any
-
-import jsonschema
-import yaml
 
 from clipflow.errors import ClipflowError
+from clipflow.schemas import REPO, load_yaml, validate
 
-REPO = Path(__file__).resolve().parents[2]
 RECIPES_DIR = REPO / "recipes"
-SCHEMAS_DIR = REPO / "workflow" / "schemas"
-
-
-def load_yaml(path: str | Path, what: str) -> Any:
-    path = Path(path)
-    if not path.is_file():
-        raise ClipflowError(f"{what} {path} does not exist")
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ClipflowError(f"{what} {path} is not valid YAML: {exc}") from None
-
-
-def _fill_defaults(schema: dict, data: Any) -> None:
-    if not isinstance(data, dict):
-        return
-    for key, sub in schema.get("properties", {}).items():
-        if key not in data and "default" in sub:
-            data[key] = copy.deepcopy(sub["default"])
-        if key in data:
-            _fill_defaults(sub, data[key])
-
-
-def validate(data: Any, schema_name: str, what: str) -> dict:
-    """Validates against workflow/schemas/<schema_name>, fills defaults; errors name the offending key."""
-    schema = load_yaml(SCHEMAS_DIR / schema_name, "schema")
-    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(data), key=lambda e: list(e.absolute_path))
-    if errors:
-        err = errors[0]
-        where = ".".join(str(p) for p in err.absolute_path) or "(top level)"
-        raise ClipflowError(f"{what}: {where}: {err.message}")
-    data = copy.deepcopy(data)
-    _fill_defaults(schema, data)
-    return data
 
 
 def deep_merge(base: dict, extra: dict) -> dict:
@@ -75,7 +37,11 @@ def load_recipe(name_or_path: str, overrides: dict | None = None, recipes_dir: s
         raise ClipflowError(f"recipe {path} must be a mapping of sections (model, data, train)")
     if overrides:
         data = deep_merge(data, overrides)
-    what = f"recipe {path.name}" + (" with overrides" if overrides else "")
+    return check_recipe(data, f"recipe {path.name}" + (" with overrides" if overrides else ""))
+
+
+def check_recipe(data: object, what: str) -> dict:
+    """``data`` validated as a recipe, with the schema's defaults filled in; ``what`` names it in errors."""
     recipe = validate(data, "recipe.schema.yaml", what)
     check_data_kind(recipe, what)
     check_optimizer(recipe, what)

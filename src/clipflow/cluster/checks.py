@@ -20,6 +20,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from clipflow.cluster.hostsfile import Host
+from clipflow.cluster.plan import Plan
 from clipflow.cluster.ssh import SshSettings, connect
 from clipflow.errors import ClipflowError
 
@@ -146,3 +147,20 @@ def failure_message(checks: list[HostCheck]) -> str | None:
     if not bad:
         return None
     return "host checks failed: " + " | ".join(f"{c.host}: {'; '.join(c.problems)}" for c in bad)
+
+
+def check_plan(plan: Plan, paths: list[str], min_free_gb: float, out: str | Path, log=print) -> list[HostCheck]:
+    """Checks every host of ``plan`` (``paths`` as absolute paths there), logs the table, writes the checks to
+    ``out``; raises ClipflowError naming each bad host and why."""
+    settings = plan.ssh_settings()
+    paths = [str(Path(p).absolute()) for p in paths]
+    checks = []
+    for host in plan.host_list():
+        ports = [plan.root_port] if plan.runs_scheduler(host) else []
+        checks.append(check_host(host, settings, plan.python, paths, ports, plan.workdir, min_free_gb))
+    log(format_table(checks))
+    write_checks(checks, out)
+    problem = failure_message(checks)
+    if problem:
+        raise ClipflowError(problem)
+    return checks

@@ -16,6 +16,7 @@ Only the public key ever leaves the launching node. Every change is reported.
 
 from __future__ import annotations
 
+import json
 import shlex
 import socket
 import stat
@@ -146,3 +147,20 @@ def _keygen(args: list[str], what: str = "ssh-keygen failed") -> str:
 
 def _comment() -> str:
     return f"clipflow@{socket.gethostname()}"
+
+
+def authorize_hosts(hosts: list[Host], settings: SshSettings, key_type: str, out: str | Path = "", log=print) -> dict:
+    """The job's key made here when missing, then authorised on every host; what changed, logged a line a host
+    and returned (also written to ``out`` as JSON when given)."""
+    report: dict[str, object] = {"local": ensure_local_key(settings.key, key_type), "hosts": {}}
+    for change in report["local"]:  # type: ignore[union-attr]
+        log(f"clipflow cluster: here: {change}")
+    for host in hosts:
+        changes = authorize(host, settings)
+        report["hosts"][str(host)] = changes  # type: ignore[index]
+        log(f"clipflow cluster: {host}: " + ("; ".join(changes) if changes else "nothing to change"))
+    report["pinned"] = settings.pinned
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(report, indent=2) + "\n")
+    return report

@@ -10,11 +10,14 @@ the launcher reads; hosts are written as ``[user@]host[:port]``.
 from __future__ import annotations
 
 import json
+import os
 import socket
+import sys
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from clipflow.cluster.hostsfile import Host, parse_host
+from clipflow.cluster.hostsfile import Host, hosts_from_config, parse_host, read_hosts_file
 from clipflow.cluster.ports import port_free
 from clipflow.cluster.ssh import SshSettings
 from clipflow.errors import ClipflowError
@@ -60,21 +63,34 @@ class Plan:
         """The job's key and the pinned host keys, for the ssh launcher's stages."""
         return SshSettings(Path(self.ssh_key), Path(self.known_hosts))
 
+    def summary(self) -> list[str]:
+        """Where each role runs and how the parameter server is reached, a line each."""
+        lines = [f"{r.role:9} {r.rank:3} on {r.host} ({r.address})" for r in self.roles]
+        lines.append(f"scheduler at {self.root_uri}:{self.root_port}")
+        keys = f" (keys in {self.keys_dir})" if self.keys_dir else ""
+        return [*lines, f"parameter-server security: {self.security}{keys}"]
+
     def runs_scheduler(self, host: Host) -> bool:
         return self.roles[0].host == str(replace(host, slots=1))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Plan:
+        """The plan of :meth:`to_dict`'s form (checked by the caller: plan.json's reader, or a job's schema)."""
+        return cls(**{**data, "roles": [Role(**r) for r in data["roles"]]})
 
     def write(self, path: str | Path) -> None:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(asdict(self), indent=2) + "\n")
+        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
 
     @classmethod
     def read(cls, path: str | Path) -> Plan:
         path = Path(path)
         try:
-            data = json.loads(path.read_text())
-            data["roles"] = [Role(**r) for r in data["roles"]]
-            return cls(**data)
+            return cls.from_dict(json.loads(path.read_text()))
         except (OSError, ValueError, TypeError, KeyError) as exc:
             raise ClipflowError(f"cluster plan {path} cannot be read ({exc}); rerun the cluster stage") from None
 
@@ -166,3 +182,44 @@ def check_ports(plan: Plan) -> None:
             f"port {plan.root_port} on {plan.roles[0].host} is in use (another clipflow run?); "
             "stop that process or set cluster.root_port to a free port"
         )
+
+
+def plan_hosts(hosts_file: str, hosts: str, launcher: str = "", environ: Mapping[str, str] = os.environ) -> list[Host]:
+    """The hosts a command names: the hosts file, else ``hosts`` (comma-separated), else localhost for the local
+    launcher or the allocation's nodes for the Slurm one."""
+    if hosts_file:
+        return read_hosts_file(hosts_file)
+    if hosts:
+        return hosts_from_config([h.strip() for h in hosts.split(",") if h.strip()])
+    if launcher == "local":
+        return hosts_from_config(["localhost"])
+    if launcher == "slurm":
+        from clipflow.cluster.slurm import allocation_from_env
+
+        return [Host(node) for node in allocation_from_env(environ).nodes]
+    raise ClipflowError("no hosts: give --hosts-file FILE or --hosts a,b,c")
+
+
+def ssh_fields(launcher: str, settings: SshSettings, python: str, workdir: str) -> dict[str, str]:
+    """The plan's ssh settings (absolute paths: the launcher may run from elsewhere); none for other launchers.
+    ``python`` and ``workdir`` default to this interpreter and this folder."""
+    if launcher != "ssh":
+        return {}
+    return {
+        "ssh_key": str(settings.key.absolute()),
+        "known_hosts": str(settings.known_hosts.absolute()),
+        "python": python or sys.executable,
+        "workdir": workdir or os.getcwd(),
+    }
+
+
+def create_plan(out: str | Path, launcher: str, hosts: list[Host], num_workers: int, num_servers: int,
+                root_port: int, heartbeat_timeout: float, security: str, placement: str,
+                ssh: dict[str, str]) -> Plan:  # fmt: skip
+    """The plan of these settings (CURVE keys, when needed, in ps_keys/ beside ``out``), its scheduler's port
+    checked, written to ``out``."""
+    plan = make_plan(launcher, hosts, num_workers, num_servers, root_port, heartbeat_timeout, security,
+                     Path(out).parent / "ps_keys", placement, ssh)  # fmt: skip
+    check_ports(plan)
+    plan.write(out)
+    return plan

@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 from clipflow.cluster.hostsfile import Host
+from clipflow.cluster.plan import Plan
 from clipflow.cluster.ssh import SshSettings, ssh_options
 from clipflow.errors import ClipflowError
 
@@ -62,3 +63,13 @@ def sync_host(src: Path, host: Host, dst: str, settings: SshSettings, timeout_s:
     else:
         why = (err.splitlines() or [f"exit status {done.returncode}"])[-1]
     raise ClipflowError(f"{host}: rsync of {src} to {dst} failed (exit {done.returncode}): {why}")
+
+
+def sync_plan(plan: Plan, src: str | Path, dst: str, stamp: str | Path = "", log=print) -> None:
+    """``src`` synced to ``dst`` on every host of ``plan``; ``stamp`` (the hosts, a line each) written after."""
+    settings = plan.ssh_settings()
+    for host in plan.host_list():
+        sync_host(Path(src).absolute(), host, dst, settings)
+        log(f"clipflow cluster: {host}: {src} synced to {dst}")
+    if stamp:
+        Path(stamp).write_text("\n".join(plan.hosts) + "\n")

@@ -179,3 +179,19 @@ def _fetch(where, item: Wanted, partial: Path, problems: list[str]) -> Collected
         return None
     return Collected(where.host, item.kind, item.role, item.rank, where.shown(item.remote), str(local), copied,
                      local.stat().st_size, True)  # fmt: skip
+
+
+def collect_run(plan: Plan, log_dir: str, checkpoint_root: str, model: str, out: Path, backend: str = "ps",
+                log=print) -> Outcome:  # fmt: skip
+    """:func:`collect` with the paths as `train launch` gave them to the workers (absolute); logs every problem
+    and raises ClipflowError when there is one, so that no manifest means a failed stage."""
+    model, checkpoint_root = str(Path(model).absolute()), str(Path(checkpoint_root).absolute())
+    outcome = collect(plan, log_dir, checkpoint_root, model, out, backend)
+    if outcome.problems:
+        for problem in outcome.problems:
+            log(f"clipflow: error: {problem}")
+        raise ClipflowError(
+            f"{len(outcome.problems)} problem(s) collecting the run: no {MANIFEST} written; the verified copies "
+            f"so far are in {outcome.partial}"
+        )
+    return outcome

@@ -259,3 +259,30 @@ def kinetics_lists(
             )
         lists[split] = KineticsList(source, entries, len(rows) - len(labelled), missing)
     return KineticsLists(classes, classes_from, lists)
+
+
+SHOWN_PER_KIND = 10  # missing videos logged one by one; the rest are counted
+
+
+def write_kinetics_lists(train_csv: str | Path, val_csv: str | Path, root: str | Path, classes: str | Path | None,
+                         out_dir: str | Path, log=print) -> KineticsLists:  # fmt: skip
+    """The annotation CSVs as ``path label`` lists (train_labels.txt, val_labels.txt) and classes.txt in
+    ``out_dir``, as the scan reads them; logs what was made and the videos not found."""
+    from clipflow.data.listfile import write_labels
+
+    made = kinetics_lists(train_csv, val_csv, root, classes or None)
+    out = Path(out_dir)
+    for split, made_list in made.lists.items():
+        write_labels(out / f"{split}_labels.txt", made_list.entries)
+    write_classes(out / "classes.txt", made.classes)
+    for split, made_list in made.lists.items():
+        notes = [f"{len(made_list.missing)} not found under {root} (kept: the scan lists them as failures)"]
+        notes += [f"{made_list.unlabelled} unlabelled (test) rows left out"] if made_list.unlabelled else []
+        log(f"{split}: {len(made_list.entries)} videos from {made_list.csv} in {out / f'{split}_labels.txt'}; "
+            + "; ".join(notes))  # fmt: skip
+        for entry in made_list.missing[:SHOWN_PER_KIND]:
+            log(f"not found ({split}): {entry.path} ({made_list.csv} line {entry.line})")
+        if len(made_list.missing) > SHOWN_PER_KIND:
+            log(f"not found ({split}): ... and {len(made_list.missing) - SHOWN_PER_KIND} more")
+    log(f"classes: {len(made.classes)} ({made.classes_from}) in {out / 'classes.txt'}")
+    return made

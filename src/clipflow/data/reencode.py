@@ -370,3 +370,50 @@ def _run_jobs(
                 journal[rel] = record
                 append_record(log, record)
     _write_journal(dst_root, journal)
+
+
+SHOWN_FAILURES = 10  # failed videos logged one by one; the rest are counted
+
+
+def reencode_lists(lists: list[str | Path], root: str | Path, out_root: str | Path, spec: ReencodeSpec,
+                   out_lists: list[str | Path] | None = None, workers: int = 2, log=print) -> None:  # fmt: skip
+    """Re-encodes every video of ``lists`` (paths relative to ``root``) to the same relative paths under
+    ``out_root``, as .mp4; done ones (in its journal) are skipped. With ``out_lists`` (one per list), writes a
+    ``path label`` list of each list's outputs. Every list is read before any video is encoded; raises
+    ClipflowError when no video of a list could be re-encoded."""
+    from collections import Counter
+
+    from clipflow.data.listfile import VideoEntry, read_list, write_labels
+
+    out_lists = list(out_lists or [])
+    if out_lists and len(out_lists) != len(lists):
+        raise ClipflowError(f"give one --out-list per --list: {len(lists)} lists, {len(out_lists)} out lists")
+    root, out_root = Path(root), Path(out_root)
+    if not root.is_dir():
+        raise ClipflowError(f"video root {root} is not a folder")
+    if out_root.resolve() == root.resolve():
+        raise ClipflowError(f"--out-root {out_root} is the video root: the outputs would replace their inputs")
+    read = [(path, read_list(path)) for path in lists]
+    shape = f"{spec.width}x{spec.height}" if spec.width else f"short side {spec.short_side}"
+    log(f"re-encoding to {shape}, {spec.fps} fps, a keyframe every {spec.keyframe_interval} frames, no audio")
+    nothing_from = []
+    for i, (path, entries) in enumerate(read):
+        results = reencode_tree(entries, root, out_root, spec, workers=workers)
+        count = Counter(r.status for r in results)
+        log(f"{path}: {count['done']} re-encoded, {count['skipped']} skipped (up to date in "
+            f"{out_root / JOURNAL}), {count['failed']} failed, of {len(entries)}")  # fmt: skip
+        failed = [(e, r) for e, r in zip(entries, results, strict=True) if r.status == "failed"]
+        for entry, result in failed[:SHOWN_FAILURES]:
+            log(f"failed: {entry.path} ({path} line {entry.line}): {result.error}")
+        if len(failed) > SHOWN_FAILURES:
+            log(f"failed: ... and {len(failed) - SHOWN_FAILURES} more")
+        if out_lists:
+            # failed entries stay (but for paths outside the root), so that the scan lists them as failures too
+            outputs = [VideoEntry(Path(r.dst).relative_to(out_root).as_posix(), e.label, None, e.line)
+                       for e, r in zip(entries, results, strict=True) if r.dst]  # fmt: skip
+            write_labels(out_lists[i], outputs)
+            log(f"{path}: list of the outputs in {out_lists[i]}")
+        if count["failed"] == len(entries):
+            nothing_from.append(str(path))
+    if nothing_from:
+        raise ClipflowError(f"no video of {', '.join(nothing_from)} could be re-encoded; see the failures above")

@@ -21,7 +21,7 @@ it (clamped into the video) are the fast pathway; the slow one takes
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 import torch
@@ -50,6 +50,11 @@ class ClipSpec:
                 f"clip sampling: slow_temporal_stride ({self.slow_temporal_stride}) must be a multiple of "
                 f"fast_temporal_stride ({self.fast_temporal_stride}): every slow frame is also a fast one"
             )
+
+    @classmethod
+    def from_recipe(cls, recipe: dict) -> ClipSpec:
+        """The recipe's temporal sampling (its ``data`` keys of the same names)."""
+        return cls(**{f.name: recipe["data"][f.name] for f in fields(cls)})
 
     @property
     def skip_length(self) -> int:

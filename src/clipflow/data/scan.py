@@ -193,3 +193,34 @@ def write_index(splits: dict[str, list[ScanResult]], out_dir: str | Path, classe
         ]
     write_text_atomic(out / "manifest.json", json.dumps(manifest, indent=2))
     return manifest
+
+
+def scan_lists(train_list: str | Path, val_list: str | Path, root: str | Path, num_classes: int,
+               classes_file: str | Path | None, out_dir: str | Path, workers: int = 2, log=print) -> dict:
+    """Both lists scanned (each resumable from its journal in ``out_dir``), the index and manifest written
+    there; logs the counts and each video left out. Raises ClipflowError when a split keeps no video, or when
+    the class index names more classes than the model has."""
+    from clipflow.data.kinetics import read_classes
+    from clipflow.data.listfile import read_list
+
+    classes = read_classes(classes_file) if classes_file else None  # one name a line: Kinetics names hold spaces
+    if classes is not None and len(classes) > num_classes:
+        raise ClipflowError(
+            f"{classes_file} lists {len(classes)} classes but the model has num_classes {num_classes}; "
+            f"set the recipe's model.num_classes to {len(classes)} (e.g. overrides: {{model: {{num_classes: "
+            f"{len(classes)}}}}})"
+        )
+    results = {}
+    for split, path in (("train", train_list), ("val", val_list)):
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        journal = Path(out_dir) / f"{split}.scan.jsonl"  # an interrupted scan resumes from it
+        results[split] = scan(read_list(path), root, num_classes, workers=workers, desc=f"scan {split}",
+                              journal=journal)  # fmt: skip
+    manifest = write_index(results, out_dir, classes)
+    for split, info in manifest["splits"].items():
+        log(f"{split}: {info['videos']} videos kept, {info['failed']} failed")
+        if info["videos"] == 0:
+            raise ClipflowError(f"no {split} video could be decoded; see the failures in {out_dir}/manifest.json")
+    for f in manifest["failures"]:
+        log(f"left out ({f['split']}): {f['path']} (line {f['line']}): {f['error']}")
+    return manifest

@@ -13,11 +13,12 @@ resumed epoch neither repeats nor skips a sample.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 
 import numpy as np
 from torch.utils.data import Sampler
 
-from clipflow.data.listfile import VideoEntry
+from clipflow.data.listfile import VideoEntry, read_list, write_list
 from clipflow.errors import ClipflowError
 
 FILLS = ("wrap", "drop")
@@ -81,3 +82,12 @@ class EpochSampler(Sampler[int]):
         if not isinstance(position, int) or not 0 <= position <= self.limit:
             raise ClipflowError(f"cannot resume the sampler at position {position!r}: the epoch has {self.limit}")
         self.epoch, self.position = int(state["epoch"]), position
+
+
+def write_splits(list_path: str | Path, num_workers: int, seed: int, out_dir: str | Path,
+                 fill: str = "wrap") -> list[list[VideoEntry]]:  # fmt: skip
+    """``out_dir``/worker{r}.lst for every worker, all of the same length (:func:`split_entries`); the parts."""
+    parts = split_entries(read_list(list_path), num_workers, seed, fill)
+    for rank, part in enumerate(parts):
+        write_list(Path(out_dir) / f"worker{rank}.lst", part)
+    return parts

@@ -17,6 +17,8 @@ import av
 import numpy as np
 from tqdm import tqdm
 
+from clipflow.errors import ClipflowError
+
 DIRECTIONS = {"right": (1, 0), "left": (-1, 0), "down": (0, 1), "up": (0, -1)}
 SPEEDS = {"slow": 1.5, "fast": 3.0}  # pixels per frame at short side 128
 CLASSES = [f"{d}_{s}" for d in DIRECTIONS for s in SPEEDS]
@@ -33,6 +35,10 @@ class SyntheticSpec:
     fps: int = 30
     patch_fraction: float = 0.3  # side of the square relative to the short side
     keyframe_interval: int = 16
+
+    def __post_init__(self) -> None:
+        if self.min_frames > self.max_frames:
+            raise ClipflowError(f"min_frames {self.min_frames} is larger than max_frames {self.max_frames}")
 
     @property
     def size(self) -> tuple[int, int]:

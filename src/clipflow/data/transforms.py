@@ -41,7 +41,7 @@ clip there and 4 times the shared memory between loader workers and the trainer.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 import torch
@@ -79,6 +79,12 @@ class TransformSpec:
     more_fix_crop: bool = True
     test_clips: int = 10
     test_crops: int = 3
+
+    @classmethod
+    def from_recipe(cls, recipe: dict) -> TransformSpec:
+        """The recipe's ``data`` keys of these names; the defaults above where the recipe has none."""
+        d = recipe["data"]
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
 
     def __post_init__(self) -> None:
         for name in ("scale_ratios", "mean", "std"):

@@ -14,14 +14,15 @@ from pathlib import Path
 
 import torch
 
+from clipflow.data.build import build_dataset
 from clipflow.data.listfile import read_list
 from clipflow.errors import ClipflowError
 from clipflow.evaluate.classes import class_names
 from clipflow.evaluate.metrics import video_metrics
-from clipflow.evaluate.protocol import protocol_of, score_videos
+from clipflow.evaluate.protocol import protocol_of
+from clipflow.evaluate.scoring import score_videos
 from clipflow.files import write_text_atomic
 from clipflow.models import build_model
-from clipflow.train.trainer import make_dataset
 
 
 class OneProcess:
@@ -63,7 +64,7 @@ def open_list(recipe: dict, list_path: str | Path, root: str | Path):
                 f"{list_path} line {e.line}: label {e.label}, but the model ({recipe['name']}) has {classes} classes "
                 f"(labels 0..{classes - 1}); is this the list the model was trained for?"
             )
-    dataset = make_dataset(recipe, list_path, Path(root), "test", seed=0)
+    dataset = build_dataset(recipe, list_path, root, "test", seed=0)
     for e in getattr(dataset, "entries", []):  # videos; an image dataset checks its batch files itself
         if not e.resolve(root).is_file():
             raise ClipflowError(f"video {e.resolve(root)} (listed in {list_path} line {e.line}) does not exist")

@@ -51,3 +51,12 @@ def video_metrics(
         "per_class": per_class,
         "confusion": confusion.tolist(),
     }
+
+
+def summary_line(metrics: dict) -> str:
+    """metrics.json's headline numbers, in one line."""
+    return (
+        f"test protocol ({metrics['protocol']}) on {metrics['num_videos']} videos, {metrics['workers']} worker(s): "
+        f"video top-1 {metrics['top1']:.4f} top-5 {metrics['top5']:.4f}, "
+        f"clip top-1 {metrics['clip']['top1']:.4f} top-5 {metrics['clip']['top5']:.4f}"
+    )

@@ -21,7 +21,8 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
-from collections.abc import Iterator, Mapping
+import sys
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,36 +30,12 @@ import torch
 
 from clipflow.errors import ClipflowError
 from clipflow.ps.env import float_var, int_var, required_var
+from clipflow.ps.exitcodes import ABORTED
 from clipflow.train.buckets import WdMult
 from clipflow.train.interface import choose_gloo_interface
+from clipflow.train.job import PSSettings
 
-BACKENDS = ("ps", "ddp")
 DEFAULT_DDP_TIMEOUT_S = 600.0  # a collective not met by every process within this fails (gloo's own timeout)
-
-
-@dataclass(frozen=True)
-class PSSettings:
-    """How workers use the parameter server (launch settings, not part of a recipe)."""
-
-    mode: str = "dist_sync"
-    update_on_kvstore: bool = False  # True: servers run the optimizer; False: they sum, workers update
-    compression: str = "none"  # or "2bit"
-    threshold: float = 0.5
-
-    def check_for(self, backend: str) -> None:
-        """These are parameter-server settings: with ``ddp`` only the synchronous defaults make sense."""
-        if backend not in BACKENDS:
-            raise ClipflowError(f"train backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
-        if backend == "ps":
-            return
-        if self.mode != "dist_sync":
-            raise ClipflowError(
-                f"kvstore {self.mode} is a parameter-server mode; the ddp back end is synchronous "
-                "(use --kvstore dist_sync, or --backend ps)"
-            )
-        if self.update_on_kvstore or self.compression != "none":
-            setting = "--update-on-kvstore" if self.update_on_kvstore else f"--compression {self.compression}"
-            raise ClipflowError(f"{setting} needs the parameter server; drop it or use --backend ps")
 
 
 class PSComm:
@@ -78,10 +55,6 @@ class PSComm:
     @property
     def optimizer_on_servers(self) -> bool:
         return self.settings.update_on_kvstore
-
-    def identity(self) -> dict:
-        """The settings a checkpoint of this run is tied to."""
-        return {"ps": vars(self.settings)}
 
     def broadcast(self, name: str, tensors: list[torch.Tensor]) -> None:
         """One init (a barrier: rank 0's values win), then one pull."""
@@ -131,12 +104,16 @@ class DDPConfig:
     timeout_s: float
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> DDPConfig:
+    def from_env(cls, environ: Mapping[str, str] | None = None, rank: int | None = None) -> DDPConfig:
+        """From torchrun's variables; ``rank``, when given (a worker's command line), instead of RANK."""
         env = os.environ if environ is None else environ
         world = int_var(env, "WORLD_SIZE", "the number of training processes, an integer >= 1", low=1)
+        if rank is not None and not 0 <= rank < world:
+            raise ClipflowError(f"rank {rank} is not one of the WORLD_SIZE={world} processes (0..{world - 1})")
         return cls(
-            rank=int_var(env, "RANK", f"this process's rank, an integer 0..{world - 1} (WORLD_SIZE={world})",
-                         low=0, high=world - 1),
+            rank=rank if rank is not None else int_var(
+                env, "RANK", f"this process's rank, an integer 0..{world - 1} (WORLD_SIZE={world})", low=0,
+                high=world - 1),
             world_size=world,
             master_addr=required_var(env, "MASTER_ADDR", "the address of the rank 0 process"),
             master_port=int_var(env, "MASTER_PORT", "the rank 0 process's port, 1..65535", low=1, high=65535),
@@ -177,9 +154,6 @@ class DDPComm:
     def __exit__(self, *_exc: object) -> None:
         if self._dist.is_initialized():
             self._dist.destroy_process_group()
-
-    def identity(self) -> dict:
-        return {"backend": "ddp"}
 
     def broadcast(self, name: str, tensors: list[torch.Tensor]) -> None:
         with staged(tensors, self.device) as local:
@@ -222,3 +196,19 @@ LOST_PEER = ("Connection closed by peer", "Connection reset by peer", "Broken pi
 def lost_peer(exc: BaseException) -> bool:
     """Whether a torch.distributed error says another process went away (gloo's messages)."""
     return any(text in str(exc) for text in LOST_PEER)
+
+
+def run_in_group(what: str, config: DDPConfig, device: torch.device, body: Callable[[DDPComm], object]) -> int:
+    """Runs ``body(comm)`` in this process's torch.distributed group; the process's exit status. When another
+    process dies, gloo reports the lost connection here: that is an echo of the failure (exit ABORTED), so the
+    launcher names the process that died, not this one."""
+    try:
+        with DDPComm(config, device) as comm:
+            body(comm)
+    except RuntimeError as exc:
+        if not lost_peer(exc):
+            raise
+        print(f"clipflow: {what} rank {config.rank}: another process left the job ({str(exc).splitlines()[0]})",
+              file=sys.stderr)  # fmt: skip
+        return ABORTED
+    return 0

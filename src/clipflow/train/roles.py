@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from clipflow.cluster.hostsfile import parse_host
 from clipflow.cluster.plan import Plan, Role
@@ -67,13 +67,13 @@ def ddp_environment(plan: Plan, role: Role, local_size: int) -> dict[str, str]:
 
 def role_commands(
     plan: Plan,
-    worker_argv: Sequence[str],
+    worker_argv: Sequence[str] | Callable[[Role], Sequence[str]],
     extra_env: Mapping[str, str] | None = None,
     backend: str = "ps",
     log_dir: str = "",
 ) -> list[RoleCommand]:
-    """Workers run ``worker_argv`` (a full command line); with ``backend`` ps the scheduler and servers
-    run `clipflow ps role`, with ddp there are none.
+    """Workers run ``worker_argv`` (a full command line, or the function giving a worker's); with ``backend``
+    ps the scheduler and servers run `clipflow ps role`, with ddp there are none.
 
     ``extra_env`` (the launcher's ``--env K=V``) is added to every role's environment. With ``log_dir``
     (the launcher's), each role keeps its own log on its host (:func:`clipflow.host_log.host_log_path`).
@@ -96,7 +96,7 @@ def role_commands(
         if r.role == "worker":
             env["LOCAL_RANK"] = str(local_rank[r.rank])  # its GPU, when the host has GPUs
             env["CLIPFLOW_WORKERS_ON_HOST"] = str(per_host[r.host])  # the worker divides its host's cores
-            argv = list(worker_argv)
+            argv = list(worker_argv(r) if callable(worker_argv) else worker_argv)
         else:
             argv = [python, "-m", "clipflow", "ps", "role"]
         commands.append(_wrap(plan, r, argv, env, python))

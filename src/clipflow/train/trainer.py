@@ -15,7 +15,6 @@ import hashlib
 import json
 import random
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,73 +23,20 @@ import torch
 from torch.nn import functional as F
 
 from clipflow.checksums import write_text_with_checksum
-from clipflow.data.dataset import SlowFastClips
+from clipflow.data.build import build_dataset
 from clipflow.data.loader import make_loader
-from clipflow.data.sampling import ClipSpec
 from clipflow.data.splits import EpochSampler
-from clipflow.data.transforms import TransformSpec
 from clipflow.errors import ClipflowError
 from clipflow.files import write_text_atomic
 from clipflow.models import build_model, is_image_model
 from clipflow.train.checkpoint import RUN_FACTS, CheckpointStore, atomic_save
 from clipflow.train.comm import DDPComm, PSComm
 from clipflow.train.faults import FaultInjector
+from clipflow.train.job import TrainJob
 from clipflow.train.progress import TensorBoardScalars, epoch_bar, progress_interval
 from clipflow.train.schedule import Schedule, scaled_lr
 from clipflow.train.step import StepOptions
 from clipflow.train.validate import ValShard
-
-
-@dataclass(frozen=True)
-class WorkerPaths:
-    splits_dir: Path  # worker{rank}.lst files
-    root: Path  # list paths are relative to it
-    checkpoint_root: Path
-    model_out: Path
-    metrics_out: Path
-    val_list: Path | None = None  # validation during training (train.eval_every) when given
-    tensorboard: Path | None = None  # rank 0's TensorBoard event files go here when given
-
-
-def clip_spec(recipe: dict) -> ClipSpec:
-    d = recipe["data"]
-    return ClipSpec(
-        d["new_length"],
-        d["new_step"],
-        d["num_segments"],
-        d["fast_temporal_stride"],
-        d["slow_temporal_stride"],
-        d["temporal_jitter"],
-    )
-
-
-def transform_spec(recipe: dict) -> TransformSpec:
-    """The recipe's crop, flip, normalisation and test-view settings (data keys named as TransformSpec's fields)."""
-    from dataclasses import fields
-
-    d = recipe["data"]
-    return TransformSpec(**{f.name: d[f.name] for f in fields(TransformSpec) if f.name in d})
-
-
-def make_dataset(recipe: dict, list_path: Path, root: Path, mode: str, seed: int):
-    """The recipe's dataset of ``list_path``: SlowFastClips of videos, or CifarImages for data.kind image."""
-    d = recipe["data"]
-    if d["kind"] == "image":
-        from clipflow.data.cifar import CifarImages, ImageSpec
-
-        return CifarImages(list_path, root, mode, seed, ImageSpec.of(d))
-    return SlowFastClips(
-        list_path,
-        root,
-        clip_spec(recipe),
-        transform_spec(recipe),
-        d["new_width"],
-        d["new_height"],
-        mode,
-        seed,
-        recipe["model"]["num_classes"],
-        d["decoder"],
-    )
 
 
 def fingerprint(recipe: dict, num_workers: int, seed: int, backend: dict, shard: Path) -> str:
@@ -129,22 +75,15 @@ def step_seed(seed: int, rank: int, step: int) -> int:
 
 
 class Trainer:
-    def __init__(
-        self,
-        comm: PSComm | DDPComm,
-        recipe: dict,
-        paths: WorkerPaths,
-        seed: int,
-        device: torch.device | None = None,
-        log=print,
-    ):
-        self.comm, self.recipe, self.paths, self.seed, self.log = comm, recipe, paths, seed, log
+    def __init__(self, job: TrainJob, comm: PSComm | DDPComm, device: torch.device | None = None, log=print):
+        self.comm, self.log = comm, log
+        self.recipe, self.paths, self.seed = recipe, paths, seed = job.recipe, job.paths, job.seed
         self.device = device or torch.device("cpu")
         self.rank, self.num_workers = comm.rank, comm.num_workers
         t = recipe["train"]
         self.epochs, self.batch_size = t["epochs"], t["batch_size"]
-        shard = paths.splits_dir / f"worker{self.rank}.lst"
-        self.dataset = make_dataset(recipe, shard, paths.root, "train", seed)
+        shard = paths.shard(self.rank)
+        self.dataset = build_dataset(recipe, shard, paths.root, "train", seed)
         self.iters_per_epoch = len(self.dataset) // self.batch_size
         if self.iters_per_epoch == 0:
             raise ClipflowError(
@@ -172,13 +111,13 @@ class Trainer:
         self.progress_s = progress_interval()  # read here: a bad value stops the worker before training
         self.sync: Any = None  # PSSync or DDPSync, made once rank 0's state is known (_resume_state)
         self.forward: Any = None  # what a step calls: the model, maybe wrapped by the sync, maybe compiled
-        run_id = fingerprint(recipe, self.num_workers, seed, comm.identity(), shard)
+        run_id = fingerprint(recipe, self.num_workers, seed, job.identity(), shard)
         self.store = CheckpointStore(paths.checkpoint_root / run_id, keep=t["keep_checkpoints"], log=log)
         self.history_path = self.store.folder / "metrics.jsonl"
         self.faults = FaultInjector(self.rank)
         self.eval_every = t["eval_every"] if paths.val_list is not None else 0
         self.val = (
-            ValShard(make_dataset(recipe, paths.val_list, paths.root, "val", seed), self.rank, self.num_workers,
+            ValShard(build_dataset(recipe, paths.val_list, paths.root, "val", seed), self.rank, self.num_workers,
                      t["eval_batch_size"], self.device)
             if self.eval_every else None
         )  # fmt: skip

@@ -1,0 +1,148 @@
+"""`clipflow cluster plan|keys|check|sync` and `clipflow launch` (MXNet launch.py's flags)."""
+
+from __future__ import annotations
+
+import argparse
+
+from clipflow.cli.args import host_args, ssh_args, ssh_settings
+from clipflow.errors import ClipflowError
+from clipflow.schemas import config_defaults
+
+
+def cmd_plan(a: argparse.Namespace) -> int:
+    from clipflow.cluster.plan import create_plan, plan_hosts, ssh_fields
+
+    ssh = ssh_fields(a.launcher, ssh_settings(a), a.python, a.workdir)
+    hosts = plan_hosts(a.hosts_file, a.hosts, a.launcher)
+    plan = create_plan(a.out, a.launcher, hosts, a.num_workers, a.num_servers, a.root_port, a.heartbeat_timeout,
+                       a.security, a.placement, ssh)  # fmt: skip
+    print("\n".join(plan.summary()))
+    print(f"plan written to {a.out}")
+    return 0
+
+
+def cmd_keys(a: argparse.Namespace) -> int:
+    from clipflow.cluster.keys import authorize_hosts
+    from clipflow.cluster.plan import plan_hosts
+
+    authorize_hosts(plan_hosts(a.hosts_file, a.hosts), ssh_settings(a), a.key_type, a.out)
+    return 0
+
+
+def cmd_check(a: argparse.Namespace) -> int:
+    from clipflow.cluster.checks import check_plan
+    from clipflow.cluster.plan import Plan
+
+    check_plan(Plan.read(a.plan), a.path, a.min_free_gb, a.out)
+    return 0
+
+
+def cmd_sync(a: argparse.Namespace) -> int:
+    from clipflow.cluster.plan import Plan
+    from clipflow.cluster.sync import sync_plan
+
+    sync_plan(Plan.read(a.plan), a.src, a.dst, a.stamp)
+    return 0
+
+
+def env_pairs(items: list[str]) -> dict[str, str]:
+    env = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.isidentifier():
+            raise ClipflowError(f"--env {item!r}: expected NAME=VALUE with NAME a variable name")
+        env[name] = value
+    return env
+
+
+def config_from_args(a: argparse.Namespace):
+    """`clipflow launch`'s flags as a LaunchConfig (defaults as launch.py's: ssh with a hosts file, else local;
+    as many servers as workers)."""
+    from clipflow.cluster.plan import plan_hosts
+    from clipflow.train.launch import LaunchConfig
+
+    launcher = a.launcher or ("ssh" if a.hosts_file else "local")
+    return LaunchConfig(
+        num_workers=a.num_workers,
+        num_servers=a.num_servers or a.num_workers,
+        hosts=plan_hosts(a.hosts_file, "", launcher),
+        launcher=launcher,
+        ssh=ssh_settings(a),
+        port=a.port,
+        heartbeat_timeout=a.heartbeat_timeout,
+        security=a.security,
+        placement=a.placement,
+        sync_dst_dir=a.sync_dst_dir,
+        python=a.python,
+        env=env_pairs(a.env),
+        log_dir=a.log_dir,
+        grace=a.grace,
+    )
+
+
+def cmd_launch(a: argparse.Namespace) -> int:
+    """MXNet launch.py's job: start a scheduler, servers and workers running the command."""
+    from clipflow.train.launch import launch_program
+
+    command = a.command[1:] if a.command[:1] == ["--"] else a.command
+    return launch_program(config_from_args(a), command)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    defaults = config_defaults("cluster")
+    cluster = sub.add_parser("cluster", help="cluster preparation").add_subparsers(dest="action", required=True)
+    p = cluster.add_parser("plan", help="place roles on hosts and check the ports")
+    p.add_argument("--launcher", default=defaults["launcher"], choices=["local", "ssh", "slurm"])
+    host_args(p)
+    p.add_argument("--num-workers", type=int, default=defaults["num_workers"])
+    p.add_argument("--num-servers", type=int, default=defaults["num_servers"])
+    p.add_argument("--root-port", type=int, default=defaults["root_port"])
+    p.add_argument("--heartbeat-timeout", type=float, default=defaults["heartbeat_timeout"])
+    p.add_argument("--placement", default=defaults["placement"], choices=["beside", "cycle"])
+    p.add_argument(
+        "--security",
+        default=defaults["security"],
+        choices=["auto", "curve", "none"],
+        help="CURVE on every PS socket; auto: whenever the scheduler is not on loopback",
+    )
+    ssh_args(p)
+    p.add_argument("--python", default="", help="ssh: the Python the roles run with on the hosts (default: this one)")
+    p.add_argument("--workdir", default="", help="ssh: the roles' working folder on the hosts (default: this one)")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_plan)
+    p = cluster.add_parser("keys", help="make the job's ssh key and authorise it on every host")
+    host_args(p)
+    ssh_args(p)
+    p.add_argument("--key-type", default=defaults["ssh_key_type"], choices=["ed25519", "rsa"])
+    p.add_argument("--out", default="", help="JSON report of what changed")
+    p.set_defaults(func=cmd_keys)
+    p = cluster.add_parser("check", help="check every host of a plan: ssh, versions, paths, ports, disk")
+    p.add_argument("--plan", required=True)
+    p.add_argument("--path", action="append", default=[], help="a path the run reads (repeat)")
+    p.add_argument("--min-free-gb", type=float, default=defaults["min_free_gb"])
+    p.add_argument("--out", required=True, help="the checks as JSON")
+    p.set_defaults(func=cmd_check)
+    p = cluster.add_parser("sync", help="rsync the working folder to every host of a plan")
+    p.add_argument("--plan", required=True)
+    p.add_argument("--src", default=".")
+    p.add_argument("--dst", required=True)
+    p.add_argument("--stamp", default="", help="file written when every host is synced")
+    p.set_defaults(func=cmd_sync)
+
+    p = sub.add_parser("launch", help="MXNet launch.py's flags: scheduler, servers and workers running a command")
+    p.add_argument("-n", "--num-workers", type=int, required=True)
+    p.add_argument("-s", "--num-servers", type=int, default=0, help="default: as many as workers")
+    p.add_argument("-H", "--hostfile", dest="hosts_file", default="", help="[user@]host[:port] [slots=N] a line")
+    p.add_argument("--launcher", choices=["local", "ssh", "slurm"], default="", help="default: ssh with -H, else local")
+    p.add_argument("--sync-dst-dir", default="", help="ssh: rsync this folder there first and run there")
+    p.add_argument("--env", action="append", default=[], help="NAME=VALUE for every role (repeat)")
+    p.add_argument("--placement", default=defaults["placement"], choices=["beside", "cycle"])
+    p.add_argument("--port", type=int, default=defaults["root_port"], help="the scheduler's port")
+    p.add_argument("--heartbeat-timeout", type=float, default=defaults["heartbeat_timeout"])
+    p.add_argument("--security", default=defaults["security"], choices=["auto", "curve", "none"])
+    p.add_argument("--python", default="", help="ssh: the Python on the hosts (default: this one)")
+    p.add_argument("--log-dir", default="logs/launch")
+    p.add_argument("--grace", type=float, default=10.0)
+    ssh_args(p)
+    p.add_argument("command", nargs=argparse.REMAINDER, help="the workers' command")
+    p.set_defaults(func=cmd_launch)

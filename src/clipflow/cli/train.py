@@ -1,0 +1,98 @@
+"""`clipflow train launch|worker`: a run's training job made and launched, and one worker of it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from clipflow.cli.args import json_object
+from clipflow.errors import ClipflowError
+from clipflow.schemas import config_defaults
+
+JOB_INPUTS = ("plan", "recipe", "splits_dir", "root", "checkpoint_root", "model_out", "metrics_out")
+
+
+def job_from_args(a: argparse.Namespace):
+    """The flags of `train launch` as a TrainJob (checked as it is made): a job file (--job), or the plan, the
+    recipe and its overrides, the back end's settings, the paths (made absolute: every host of the plan names
+    them so) and the seed."""
+    from clipflow.cluster.plan import Plan
+    from clipflow.recipe import load_recipe
+    from clipflow.train.job import TrainJob
+
+    if a.job:
+        given = [f"--{name.replace('_', '-')}" for name in JOB_INPUTS if getattr(a, name)]
+        if given:
+            raise ClipflowError(f"--job names the whole job: drop {', '.join(given)}, or drop --job")
+        return TrainJob.read(a.job)
+    missing = [f"--{name.replace('_', '-')}" for name in JOB_INPUTS if not getattr(a, name)]
+    if missing:
+        raise ClipflowError(f"clipflow train launch needs {', '.join(missing)} (or --job FILE)")
+    absolute = {name: str(Path(getattr(a, name)).absolute()) if getattr(a, name) else None
+                for name in ("splits_dir", "root", "checkpoint_root", "model_out", "metrics_out", "val_list",
+                             "tensorboard")}  # fmt: skip
+    return TrainJob.from_dict({
+        "version": 1,
+        "plan": Plan.read(a.plan).to_dict(),
+        "recipe": load_recipe(a.recipe, json_object(a.overrides)),
+        "backend": a.backend,
+        "ps": {"mode": a.kvstore, "update_on_kvstore": a.update_on_kvstore, "compression": a.compression,
+               "threshold": a.compression_threshold},
+        "paths": absolute,
+        "seed": a.seed,
+    }, "train launch")  # fmt: skip
+
+
+def cmd_launch(a: argparse.Namespace) -> int:
+    from clipflow.train.launch import launch_training
+
+    code = launch_training(job_from_args(a), a.log_dir, a.grace)
+    if code:
+        print(f"clipflow: error: training failed (exit {code}); rerun to resume from the last checkpoint",
+              file=sys.stderr)  # fmt: skip
+    return code
+
+
+def cmd_worker(a: argparse.Namespace) -> int:
+    from clipflow.train.worker import run_worker
+
+    return run_worker(a.job, a.rank)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    defaults = config_defaults("train")
+    train = sub.add_parser("train", help="training").add_subparsers(dest="action", required=True)
+    p = train.add_parser(
+        "launch",
+        help="start scheduler, servers and workers of a plan",
+        description="Makes the run's job (plan, recipe with overrides, back end, paths, seed), checks it, writes it "
+        "as job.json in --checkpoint-root and starts every worker with that file and its rank. --job FILE "
+        "launches an existing job file instead.",
+    )
+    p.add_argument("--job", default="", help="a job.json to launch (instead of the flags that make one)")
+    p.add_argument("--plan", default="", help="the cluster plan (clipflow cluster plan)")
+    p.add_argument("--log-dir", required=True)
+    p.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL at teardown")
+    p.add_argument("--recipe", default="", help="a recipe name (recipes/NAME.yaml) or file")
+    p.add_argument("--overrides", default="{}", help="recipe overrides as JSON, deep-merged")
+    p.add_argument("--splits-dir", default="", help="worker{rank}.lst, one list a worker")
+    p.add_argument("--root", default="", help="folder the list paths are relative to")
+    p.add_argument("--checkpoint-root", default="")
+    p.add_argument("--model-out", default="")
+    p.add_argument("--metrics-out", default="")
+    p.add_argument("--val-list", default="", help="scanned val list: validation while training (train.eval_every)")
+    p.add_argument("--tensorboard", default="", help="folder for rank 0's TensorBoard event files (default: none)")
+    p.add_argument("--backend", default=defaults["backend"], choices=["ps", "ddp"],
+                   help="ps: clipflow's parameter server; ddp: torch.distributed (gloo)")  # fmt: skip
+    p.add_argument("--kvstore", default=defaults["kvstore"])
+    p.add_argument("--update-on-kvstore", action="store_true", help="the servers run the optimizer")
+    p.add_argument("--compression", default=defaults["gradient_compression"]["type"], choices=["none", "2bit"],
+                   help="gradient compression")  # fmt: skip
+    p.add_argument("--compression-threshold", type=float, default=defaults["gradient_compression"]["threshold"])
+    p.add_argument("--seed", type=int, default=defaults["seed"])
+    p.set_defaults(func=cmd_launch)
+    p = train.add_parser("worker", help="one worker of a job (started by the launcher with its job file and rank)")
+    p.add_argument("--job", required=True, help="the run's job.json")
+    p.add_argument("--rank", type=int, required=True, help="this worker's rank")
+    p.set_defaults(func=cmd_worker)

@@ -1,0 +1,35 @@
+"""The dataset a recipe trains, validates or evaluates on, built from the recipe: clips of videos
+(:class:`clipflow.data.dataset.SlowFastClips`) or CIFAR-format images (:class:`clipflow.data.cifar.CifarImages`).
+
+Every part of a dataset that the recipe sets is built by that part's own ``from_recipe`` (ClipSpec,
+TransformSpec, ImageSpec); this module only chooses the kind and hands over the list, root, mode and seed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from clipflow.data.dataset import SlowFastClips
+from clipflow.data.sampling import ClipSpec
+from clipflow.data.transforms import TransformSpec
+
+
+def build_dataset(recipe: dict, list_path: str | Path, root: str | Path, mode: str, seed: int):
+    """The recipe's dataset of ``list_path`` (paths relative to ``root``) in ``mode`` (train, val or test)."""
+    d = recipe["data"]
+    if d["kind"] == "image":
+        from clipflow.data.cifar import CifarImages, ImageSpec
+
+        return CifarImages(Path(list_path), Path(root), mode, seed, ImageSpec.of(d))
+    return SlowFastClips(
+        list_path,
+        root,
+        ClipSpec.from_recipe(recipe),
+        TransformSpec.from_recipe(recipe),
+        d["new_width"],
+        d["new_height"],
+        mode,
+        seed,
+        recipe["model"]["num_classes"],
+        d["decoder"],
+    )

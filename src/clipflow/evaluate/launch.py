@@ -1,0 +1,31 @@
+"""`clipflow evaluate launch`: the test protocol over a plan's workers, gathered with torch.distributed.
+
+The inputs are checked once here (:func:`clipflow.evaluate.evaluate.check_inputs`), the job is written to the
+log folder, and the plan's workers start from it (:mod:`clipflow.evaluate.worker`) on torch.distributed (gloo
+on CPUs, NCCL on GPUs), whichever back end trained the model: with a ps plan only its workers run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from clipflow.cluster.plan import Plan
+from clipflow.errors import ClipflowError
+from clipflow.evaluate.evaluate import check_inputs
+from clipflow.evaluate.job import EvalJob
+from clipflow.train.launch import launch_workers
+
+
+def launch_evaluation(plan_path: str, model: str, list_path: str, root: str, out: str, batch_size: int | None,
+                      log_dir: str, grace: float) -> int:  # fmt: skip
+    """Evaluates ``model`` on ``list_path`` over the workers of the plan in ``plan_path``; rank 0 writes ``out``.
+    The launcher's exit code."""
+    plan = Plan.read(plan_path)
+    if not any(r.role == "worker" for r in plan.roles) or plan.num_workers < 1:
+        raise ClipflowError(f"cluster plan {plan_path} has no workers to evaluate on; rerun the cluster stage")
+    check_inputs(model, list_path, root, batch_size)  # once here, rather than in every worker
+    paths = (Path(p).absolute() for p in (model, list_path, root, out))  # as every host of the plan names them
+    job = EvalJob(plan, *paths, batch_size)
+    path = job.write(log_dir)
+    return launch_workers(plan, lambda role: ["evaluate", "worker", "--job", str(path.absolute()), "--rank",
+                                              str(role.rank)], "ddp", log_dir, grace, host_logs=False)  # fmt: skip

@@ -1,0 +1,154 @@
+"""The job of a training run: one frozen, typed object that every worker starts from.
+
+``clipflow train launch`` turns its inputs (the cluster plan, the recipe with its overrides, the back end and
+its parameter-server settings, the paths, the seed) into a :class:`TrainJob`, checked once
+(:meth:`TrainJob.from_dict`: the job schema, the recipe's checks, the back end's), and writes it as
+``job.json`` beside the run's checkpoints. A worker's command line is that file and its rank
+(``clipflow train worker --job FILE --rank R``); it reads the job through the same check and re-parses
+nothing else. ``clipflow train launch --job FILE`` starts a run from such a file.
+
+Defaults are not here: the schemas own them (config.schema.yaml for the back end's settings, which the
+command line takes as its defaults; recipe.schema.yaml for the recipe). A job file names every key.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from clipflow.cluster.plan import Plan
+from clipflow.errors import ClipflowError
+from clipflow.files import write_text_atomic
+from clipflow.recipe import check_recipe
+from clipflow.schemas import read_checked_json, validate
+
+JOB_FILE = "job.json"
+VERSION = 1
+BACKENDS = ("ps", "ddp")
+
+
+@dataclass(frozen=True)
+class PSSettings:
+    """How workers use the parameter server (launch settings, not part of a recipe)."""
+
+    mode: str = "dist_sync"
+    update_on_kvstore: bool = False  # True: servers run the optimizer; False: they sum, workers update
+    compression: str = "none"  # or "2bit"
+    threshold: float = 0.5
+
+    def check_for(self, backend: str) -> None:
+        """These are parameter-server settings: with ``ddp`` only the synchronous defaults make sense."""
+        if backend not in BACKENDS:
+            raise ClipflowError(f"train backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
+        if backend == "ps":
+            return
+        if self.mode != "dist_sync":
+            raise ClipflowError(
+                f"kvstore {self.mode} is a parameter-server mode; the ddp back end is synchronous "
+                "(use --kvstore dist_sync, or --backend ps)"
+            )
+        if self.update_on_kvstore or self.compression != "none":
+            setting = "--update-on-kvstore" if self.update_on_kvstore else f"--compression {self.compression}"
+            raise ClipflowError(f"{setting} needs the parameter server; drop it or use --backend ps")
+
+
+@dataclass(frozen=True)
+class TrainPaths:
+    """Where a run reads and writes, absolute (as every host of the plan names them)."""
+
+    splits_dir: Path  # worker{rank}.lst files
+    root: Path  # the lists' paths are relative to it
+    checkpoint_root: Path
+    model_out: Path
+    metrics_out: Path
+    val_list: Path | None = None  # validation during training (train.eval_every) when given
+    tensorboard: Path | None = None  # rank 0's TensorBoard event files go here when given
+
+    def shard(self, rank: int) -> Path:
+        """Worker ``rank``'s list."""
+        return self.splits_dir / f"worker{rank}.lst"
+
+    def to_dict(self) -> dict[str, str | None]:
+        return {name: None if value is None else str(value) for name, value in vars(self).items()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, str | None]) -> TrainPaths:
+        return cls(**{name: None if value is None else Path(value) for name, value in data.items()})
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    """One run's training job. ``recipe`` is the validated recipe (overrides applied, defaults filled); treat it
+    as read-only, like the rest."""
+
+    plan: Plan
+    recipe: dict[str, Any]
+    backend: str
+    ps: PSSettings
+    paths: TrainPaths
+    seed: int
+
+    @property
+    def file(self) -> Path:
+        """Where the job is written: beside the run's checkpoints."""
+        return self.paths.checkpoint_root / JOB_FILE
+
+    def identity(self) -> dict:
+        """The back-end settings a checkpoint of this run is tied to (with the recipe, seed and worker count)."""
+        return {"ps": asdict(self.ps)} if self.backend == "ps" else {"backend": "ddp"}
+
+    def check_rank(self, rank: int) -> None:
+        if not 0 <= rank < self.plan.num_workers:
+            raise ClipflowError(
+                f"worker rank {rank} is not in the job's plan: its ranks are 0..{self.plan.num_workers - 1}"
+            )
+
+    def to_dict(self) -> dict:
+        return {
+            "version": VERSION,
+            "plan": self.plan.to_dict(),
+            "recipe": self.recipe,
+            "backend": self.backend,
+            "ps": asdict(self.ps),
+            "paths": self.paths.to_dict(),
+            "seed": self.seed,
+        }
+
+    @classmethod
+    def from_dict(cls, data: object, what: str = "job") -> TrainJob:
+        """The job of :meth:`to_dict`'s form, checked: the job schema (every key, its type), the recipe's checks,
+        the back end's settings. Every problem is named with ``what``."""
+        data = validate(data, "job.schema.yaml", what)
+        return cls._checked(data, what)
+
+    @classmethod
+    def _checked(cls, data: dict, what: str) -> TrainJob:
+        ps = PSSettings(**data["ps"])
+        try:
+            ps.check_for(data["backend"])
+        except ClipflowError as exc:
+            raise ClipflowError(f"{what}: {exc}") from None
+        return cls(
+            plan=Plan.from_dict(data["plan"]),
+            recipe=check_recipe(data["recipe"], f"{what}: recipe"),
+            backend=data["backend"],
+            ps=ps,
+            paths=TrainPaths.from_dict(data["paths"]),
+            seed=data["seed"],
+        )
+
+    def write(self) -> Path:
+        """Writes the job to :attr:`file` (atomically); returns that path."""
+        write_text_atomic(self.file, json.dumps(self.to_dict(), indent=2) + "\n")
+        return self.file
+
+    @classmethod
+    def read(cls, path: str | Path) -> TrainJob:
+        fix = "`clipflow train launch` writes a good one (or rerun the train stage)"
+        data = read_checked_json(path, "job.schema.yaml", "job file", fix)
+        try:
+            return cls._checked(data, f"job file {path}")
+        except ClipflowError as exc:
+            raise ClipflowError(f"{exc}; {fix}") from None

@@ -1,0 +1,88 @@
+"""Starting a job's processes on the hosts: `clipflow train launch`, `clipflow evaluate launch` and
+`clipflow launch` (MXNet's launch.py).
+
+:func:`launch_workers` runs ``python -m clipflow COMMAND`` on every worker of a plan (and, on the parameter
+server, its scheduler and servers) until the first failure; :func:`launch_training` writes the training job
+(:mod:`clipflow.train.job`) and starts its workers with that file and their rank; :func:`launch_program` does
+launch.py's job for any program: a plan from a :class:`LaunchConfig`, the working folder synced, a scheduler,
+servers and workers running the program with the DMLC_* variables set.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from clipflow.cluster.hostsfile import Host
+from clipflow.cluster.plan import Plan, Role, check_ports, make_plan, ssh_fields
+from clipflow.cluster.ssh import SshSettings
+from clipflow.cluster.sync import sync_host
+from clipflow.data.listfile import read_list
+from clipflow.errors import ClipflowError
+from clipflow.train.job import TrainJob
+from clipflow.train.launcher import Launcher
+from clipflow.train.roles import role_commands
+
+
+def launch_workers(plan: Plan, command: Callable[[Role], Sequence[str]], backend: str, log_dir: str, grace: float,
+                   host_logs: bool) -> int:  # fmt: skip
+    """Runs ``python -m clipflow`` with each worker's ``command`` (its clipflow arguments) on the plan's workers
+    (with backend ps also its scheduler and servers) until the first failure; the launcher's exit code.
+    ``host_logs``: each role also keeps its log on its own host, for collection."""
+    check_ports(plan)
+    python = plan.python or sys.executable
+
+    def argv(role: Role) -> list[str]:
+        return [python, "-m", "clipflow", *command(role)]
+
+    commands = role_commands(plan, argv, backend=backend, log_dir=log_dir if host_logs else "")
+    return Launcher(commands, log_dir, grace_s=grace).run()
+
+
+def launch_training(job: TrainJob, log_dir: str, grace: float) -> int:
+    """Writes ``job`` beside its checkpoints and runs its workers from that file; the launcher's exit code."""
+    if job.paths.val_list is not None:
+        read_list(job.paths.val_list)  # a missing or broken val list, named before anything starts
+    path = job.write()
+    return launch_workers(job.plan, lambda role: ["train", "worker", "--job", str(path), "--rank", str(role.rank)],
+                          job.backend, log_dir, grace, host_logs=True)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """What `clipflow launch` (MXNet's launch.py flags) starts: ``num_workers`` workers and ``num_servers``
+    servers placed on ``hosts`` by ``launcher``, each with ``env`` added."""
+
+    num_workers: int
+    num_servers: int
+    hosts: list[Host]
+    launcher: str
+    ssh: SshSettings
+    port: int
+    heartbeat_timeout: float
+    security: str
+    placement: str
+    sync_dst_dir: str = ""  # ssh: rsync this folder there first and run there
+    python: str = ""  # ssh: the Python on the hosts (default: this one)
+    env: Mapping[str, str] | None = None
+    log_dir: str = "logs/launch"
+    grace: float = 10.0
+
+
+def launch_program(config: LaunchConfig, command: Sequence[str]) -> int:
+    """MXNet launch.py's job: a scheduler, the servers and the workers running ``command``, the same logs,
+    teardown and exit code."""
+    if not command:
+        raise ClipflowError("no command to launch: clipflow launch -n 2 -H hosts -- python train.py ...")
+    ssh = ssh_fields(config.launcher, config.ssh, config.python, config.sync_dst_dir)
+    plan = make_plan(config.launcher, config.hosts, config.num_workers, config.num_servers, config.port,
+                     config.heartbeat_timeout, config.security, Path(config.log_dir) / "ps_keys", config.placement,
+                     ssh)  # fmt: skip
+    check_ports(plan)
+    if config.sync_dst_dir and config.launcher == "ssh":
+        for host in config.hosts:
+            sync_host(Path.cwd(), host, config.sync_dst_dir, config.ssh)
+    commands = role_commands(plan, list(command), dict(config.env or {}))
+    return Launcher(commands, config.log_dir, grace_s=config.grace).run()

@@ -1,0 +1,56 @@
+"""One training worker: started by the launcher as ``clipflow train worker --job FILE --rank R``.
+
+It reads the job (:class:`clipflow.train.job.TrainJob`, checked as it is read), sets its torch threads and its
+device, joins the back end (the parameter server's key-value store, or a torch.distributed group) with its
+rank, and runs the :class:`clipflow.train.trainer.Trainer` to the end. Where the other processes are comes from
+the variables the launcher sets (DMLC_* for the parameter server, MASTER_ADDR/MASTER_PORT and WORLD_SIZE for
+torch.distributed, as MXNet's and torchrun's workers find them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import torch
+
+from clipflow.ps.env import int_var
+from clipflow.train.comm import DDPConfig, PSComm, run_in_group
+from clipflow.train.device import worker_device
+from clipflow.train.job import TrainJob
+
+
+def bootstrap() -> torch.device:
+    """What every worker process does first (training or evaluation): its torch threads, then its device."""
+    set_torch_threads()
+    return worker_device()
+
+
+def set_torch_threads() -> int:
+    """A worker's torch threads: CLIPFLOW_TORCH_THREADS, else its share of the host's cores
+    (CLIPFLOW_WORKERS_ON_HOST workers share them); returns the count."""
+    workers_here = int_var(os.environ, "CLIPFLOW_WORKERS_ON_HOST", "an integer >= 1", low=1, default=1)
+    threads = int_var(os.environ, "CLIPFLOW_TORCH_THREADS", "an integer >= 1 (torch threads of this worker)", low=1,
+                      default=max(1, (os.cpu_count() or 1) // workers_here))  # fmt: skip
+    torch.set_num_threads(threads)
+    return threads
+
+
+def run_worker(job_path: str | Path, rank: int) -> int:
+    """Trains worker ``rank``'s share of the job in ``job_path``; the process's exit status."""
+    job = TrainJob.read(job_path)
+    job.check_rank(rank)
+    device = bootstrap()
+    from clipflow.train.trainer import Trainer  # here: evaluate workers bootstrap from this module too
+
+    if job.backend == "ddp":
+        return run_in_group("ddp", DDPConfig.from_env(rank=rank), device,
+                            lambda comm: Trainer(job, comm, device).run())  # fmt: skip
+    from clipflow.ps import KVStore
+    from clipflow.ps.env import PSConfig
+
+    config = dataclasses.replace(PSConfig.from_env(), rank=rank)
+    with KVStore.create(job.ps.mode, config) as kv:  # an exception tells the
+        Trainer(job, PSComm(kv, job.ps), device).run()  # scheduler, which stops the other nodes
+    return 0
