@@ -86,7 +86,7 @@ def load_recipe(name_or_path: str, overrides: dict | None = None, recipes_dir: s
 def check_data_kind(recipe: dict, what: str) -> None:
     """An image model takes images (data.kind image, whose settings must make an image spec), a video model
     clips."""
-    from clipflow.data.cifar import ImageSpec
+    from clipflow.data.cifar.transforms import ImageSpec
     from clipflow.models.builder import is_image_model
 
     name, kind = recipe["model"]["name"], recipe["data"]["kind"]

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import torch
 
-from clipflow.data.cifar import SIDE
+from clipflow.data.cifar.batches import SIDE
 from clipflow.data.loader import make_loader
 from clipflow.evaluate.metrics import top_k
 from clipflow.train.trainer import transform_spec

@@ -76,7 +76,8 @@ def make_dataset(recipe: dict, list_path: Path, root: Path, mode: str, seed: int
     """The recipe's dataset of ``list_path``: SlowFastClips of videos, or CifarImages for data.kind image."""
     d = recipe["data"]
     if d["kind"] == "image":
-        from clipflow.data.cifar import CifarImages, ImageSpec
+        from clipflow.data.cifar.dataset import CifarImages
+        from clipflow.data.cifar.transforms import ImageSpec
 
         return CifarImages(list_path, root, mode, seed, ImageSpec.of(d))
     return SlowFastClips(
