@@ -100,7 +100,7 @@ def test_cifar_recipes_do_to_the_images_what_their_scripts_do(name, script):
 
     from clipflow.data.cifar.transforms import ImageSpec
 
-    ours, theirs = ImageSpec.of(load_recipe(name)["data"]), RECIPE_SPECS[script]
+    ours, theirs = ImageSpec.from_recipe(load_recipe(name)), RECIPE_SPECS[script]
     assert (ours.crop_size, ours.padding, ours.pad_value, ours.random_flip) == (
         theirs.crop_size, theirs.padding, theirs.pad_value, theirs.random_flip,
     )  # fmt: skip

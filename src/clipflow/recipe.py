@@ -98,7 +98,7 @@ def check_data_kind(recipe: dict, what: str) -> None:
         )
     if images:
         try:
-            ImageSpec.of(recipe["data"])
+            ImageSpec.from_recipe(recipe)
         except ClipflowError as exc:
             raise ClipflowError(f"{what}: {exc}") from None
 

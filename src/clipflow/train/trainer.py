@@ -79,7 +79,7 @@ def make_dataset(recipe: dict, list_path: Path, root: Path, mode: str, seed: int
         from clipflow.data.cifar.dataset import CifarImages
         from clipflow.data.cifar.transforms import ImageSpec
 
-        return CifarImages(list_path, root, mode, seed, ImageSpec.of(d))
+        return CifarImages(list_path, root, mode, seed, ImageSpec.from_recipe(recipe))
     return SlowFastClips(
         list_path,
         root,

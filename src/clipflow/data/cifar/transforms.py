@@ -73,8 +73,9 @@ class ImageSpec:
     std: tuple[float, float, float] = (1.0, 1.0, 1.0)
 
     @classmethod
-    def of(cls, data: dict) -> ImageSpec:
-        """From a recipe's data section (kind image; the crop is its ``input_size``)."""
+    def from_recipe(cls, recipe: dict) -> ImageSpec:
+        """From a validated recipe (its data section, kind image; the crop is its ``input_size``)."""
+        data = recipe["data"]
         return cls(data["input_size"], data["padding"], data["pad_value"], data["random_flip"], tuple(data["mean"]),
                    tuple(data["std"]))  # fmt: skip
 
