@@ -1,4 +1,4 @@
-"""Shared fixtures: a small synthetic video set made once per test session."""
+"""Shared fixtures: a small synthetic video set made once per test session, a small CIFAR-format set per module."""
 
 from __future__ import annotations
 
@@ -27,6 +27,20 @@ def tiny_videos(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("synthetic")
     generate(out, SyntheticSpec(num_train=16, num_val=8, min_frames=24, max_frames=40, short_side=64), workers=2)
     return out
+
+
+@pytest.fixture(scope="module")
+def small_cifar(tmp_path_factory) -> Path:
+    """A synthetic cifar-10-batches-py folder (batches/: 60 train, 20 val images) with lists/ from index_cifar."""
+    from cifar_helpers import NUM_TRAIN, NUM_VAL
+
+    from clipflow.data.cifar.index import index_cifar
+    from clipflow.data.cifar.synthetic import make_synthetic_cifar
+
+    root = tmp_path_factory.mktemp("cifar")
+    make_synthetic_cifar(root / "batches", NUM_TRAIN, NUM_VAL, seed=5)
+    index_cifar(root / "batches", root / "lists")
+    return root
 
 
 def copy_workflow(work: Path) -> Path:

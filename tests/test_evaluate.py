@@ -16,7 +16,7 @@ from test_train_images import cifar  # noqa: F401 (the CIFAR-format fixture)
 from test_train_launch import scanned_val
 
 from clipflow.cluster.ports import free_port
-from clipflow.data.cifar import CIFAR10_CLASSES
+from clipflow.data.cifar.batches import CIFAR10_CLASSES
 from clipflow.evaluate.metrics import video_metrics
 from clipflow.models import build_model
 from clipflow.recipe import load_recipe

@@ -95,12 +95,12 @@ def test_each_cifar_recipe_model_takes_the_images_its_data_section_makes(name):
      ("resnext_cifar10", "train_cifar10")],
 )  # fmt: skip
 def test_cifar_recipes_do_to_the_images_what_their_scripts_do(name, script):
-    """The recipe's data settings against an independent transcription of the script (tests/test_data_cifar.py)."""
-    from test_data_cifar import RECIPE_SPECS
+    """The recipe's data settings against an independent transcription of the script (tests/cifar_helpers.py)."""
+    from cifar_helpers import RECIPE_SPECS
 
-    from clipflow.data.cifar import ImageSpec
+    from clipflow.data.cifar.transforms import ImageSpec
 
-    ours, theirs = ImageSpec.of(load_recipe(name)["data"]), RECIPE_SPECS[script]
+    ours, theirs = ImageSpec.from_recipe(load_recipe(name)), RECIPE_SPECS[script]
     assert (ours.crop_size, ours.padding, ours.pad_value, ours.random_flip) == (
         theirs.crop_size, theirs.padding, theirs.pad_value, theirs.random_flip,
     )  # fmt: skip

@@ -13,7 +13,8 @@ import torch
 from conftest import python_env
 from test_train_launch import launch, two_splits
 
-from clipflow.data.cifar import index_cifar, make_synthetic_cifar
+from clipflow.data.cifar.index import index_cifar
+from clipflow.data.cifar.synthetic import make_synthetic_cifar
 from clipflow.data.listfile import read_list, write_list
 from clipflow.data.splits import split_entries
 

@@ -52,7 +52,7 @@ def check_recipe(data: object, what: str) -> dict:
 def check_data_kind(recipe: dict, what: str) -> None:
     """An image model takes images (data.kind image, whose settings must make an image spec), a video model
     clips."""
-    from clipflow.data.cifar import ImageSpec
+    from clipflow.data.cifar.transforms import ImageSpec
     from clipflow.models.builder import is_image_model
 
     name, kind = recipe["model"]["name"], recipe["data"]["kind"]
@@ -64,7 +64,7 @@ def check_data_kind(recipe: dict, what: str) -> None:
         )
     if images:
         try:
-            ImageSpec.of(recipe["data"])
+            ImageSpec.from_recipe(recipe)
         except ClipflowError as exc:
             raise ClipflowError(f"{what}: {exc}") from None
 

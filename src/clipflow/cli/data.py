@@ -21,7 +21,7 @@ def cmd_synth(a: argparse.Namespace) -> int:
 
 
 def cmd_cifar_synth(a: argparse.Namespace) -> int:
-    from clipflow.data.cifar import make_synthetic_cifar
+    from clipflow.data.cifar.synthetic import make_synthetic_cifar
 
     files = make_synthetic_cifar(a.out_dir, a.num_train, a.num_val, a.seed)
     print(f"synthetic CIFAR-10 set in {a.out_dir}: {a.num_train} train, {a.num_val} val images, {len(files)} files")
@@ -29,7 +29,7 @@ def cmd_cifar_synth(a: argparse.Namespace) -> int:
 
 
 def cmd_cifar_index(a: argparse.Namespace) -> int:
-    from clipflow.data.cifar import index_cifar
+    from clipflow.data.cifar.index import index_cifar
 
     summary = index_cifar(a.root, a.out_dir)
     print(f"CIFAR-10 index in {a.out_dir}: {summary['train']['images']} train, {summary['val']['images']} val images")

@@ -1,5 +1,5 @@
 """The dataset a recipe trains, validates or evaluates on, built from the recipe: clips of videos
-(:class:`clipflow.data.dataset.SlowFastClips`) or CIFAR-format images (:class:`clipflow.data.cifar.CifarImages`).
+(:class:`clipflow.data.dataset.SlowFastClips`) or CIFAR-format images (:class:`clipflow.data.cifar.dataset.CifarImages`).
 
 Every part of a dataset that the recipe sets is built by that part's own ``from_recipe`` (ClipSpec,
 TransformSpec, ImageSpec); this module only chooses the kind and hands over the list, root, mode and seed.
@@ -18,9 +18,10 @@ def build_dataset(recipe: dict, list_path: str | Path, root: str | Path, mode: s
     """The recipe's dataset of ``list_path`` (paths relative to ``root``) in ``mode`` (train, val or test)."""
     d = recipe["data"]
     if d["kind"] == "image":
-        from clipflow.data.cifar import CifarImages, ImageSpec
+        from clipflow.data.cifar.dataset import CifarImages
+        from clipflow.data.cifar.transforms import ImageSpec
 
-        return CifarImages(Path(list_path), Path(root), mode, seed, ImageSpec.of(d))
+        return CifarImages(Path(list_path), Path(root), mode, seed, ImageSpec.from_recipe(recipe))
     return SlowFastClips(
         list_path,
         root,

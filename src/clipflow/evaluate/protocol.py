@@ -12,7 +12,7 @@ label, and how many views had the label in their top-1 and top-min(5, classes).
 
 from __future__ import annotations
 
-from clipflow.data.cifar import SIDE
+from clipflow.data.cifar.batches import SIDE
 from clipflow.data.transforms import TransformSpec
 
 
