@@ -181,15 +181,15 @@ def test_frames_command_prints_each_videos_frames_and_crop(counter_set: Path) ->
 
     from conftest import clipflow
 
+    from clipflow.data.build import build_dataset
     from clipflow.recipe import load_recipe
-    from clipflow.train.trainer import make_dataset
 
     listed = counter_set / "all.lst"
     done = clipflow("data", "frames", str(listed), "--recipe", "slowfast_tiny_synthetic", "--mode", "train")
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     assert [r["path"] for r in lines] == list(LENGTHS)
-    ds = make_dataset(load_recipe("slowfast_tiny_synthetic"), listed, counter_set, "train", 0)
+    ds = build_dataset(load_recipe("slowfast_tiny_synthetic"), listed, counter_set, "train", 0)
     ds.set_epoch(1)
     for index, record in enumerate(lines):
         plan = ds.plan(index)
@@ -208,8 +208,8 @@ def test_frames_command_prints_every_test_view(counter_set: Path) -> None:
 
     from conftest import clipflow
 
+    from clipflow.data.build import build_dataset
     from clipflow.recipe import load_recipe
-    from clipflow.train.trainer import make_dataset
 
     listed = counter_set / "all.lst"
     overrides = json.dumps({"data": {"test_clips": 4, "test_crops": 3}})
@@ -219,7 +219,7 @@ def test_frames_command_prints_every_test_view(counter_set: Path) -> None:
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     assert len(lines) == 12 * len(LENGTHS)
-    ds = make_dataset(load_recipe("slowfast_tiny_synthetic", json.loads(overrides)), listed, counter_set, "test", 0)
+    ds = build_dataset(load_recipe("slowfast_tiny_synthetic", json.loads(overrides)), listed, counter_set, "test", 0)
     for index, path in enumerate(LENGTHS):
         views = [r for r in lines if r["path"] == path]
         assert [(v["view"]["clip"], v["view"]["crop"]) for v in views] == [(c, k) for c in range(4) for k in range(3)]

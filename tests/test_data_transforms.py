@@ -445,9 +445,8 @@ def test_bad_recipe_values_are_named(data: dict, message: str) -> None:
 
 def test_recipe_defaults_fill_the_new_keys() -> None:
     from clipflow.recipe import load_recipe
-    from clipflow.train.trainer import transform_spec
 
-    spec = transform_spec(load_recipe("slowfast_tiny_synthetic"))
+    spec = TransformSpec.from_recipe(load_recipe("slowfast_tiny_synthetic"))
     assert (spec.fix_crop, spec.more_fix_crop, spec.max_distort, spec.test_clips, spec.test_crops) == (
         True,
         True,
@@ -457,7 +456,7 @@ def test_recipe_defaults_fill_the_new_keys() -> None:
     )
     assert spec.input_size == 64 and spec.scale_ratios == (1.0, 0.875) and spec.random_flip is False
     override = {"data": {"fix_crop": False, "max_distort": 0, "test_clips": 4, "test_crops": 1}}
-    spec = transform_spec(load_recipe("slowfast_tiny_synthetic", override))
+    spec = TransformSpec.from_recipe(load_recipe("slowfast_tiny_synthetic", override))
     assert (spec.fix_crop, spec.max_distort, spec.test_views) == (False, 0, 4)
 
 

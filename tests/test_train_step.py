@@ -62,4 +62,4 @@ def test_bad_step_settings_are_named():
         StepOptions(precision="fp16")
     with pytest.raises(ClipflowError, match=r"train.precision: 'fp16' is not one of \['fp32', 'bf16'\]"):
         load_recipe("slowfast_tiny_synthetic", {"train": {"precision": "fp16"}})
-    assert StepOptions.of(load_recipe("slowfast_tiny_synthetic")["train"]) == StepOptions()
+    assert StepOptions.from_recipe(load_recipe("slowfast_tiny_synthetic")) == StepOptions()

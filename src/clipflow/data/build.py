@@ -1,5 +1,6 @@
 """The dataset a recipe trains, validates or evaluates on, built from the recipe: clips of videos
-(:class:`clipflow.data.dataset.SlowFastClips`) or CIFAR-format images (:class:`clipflow.data.cifar.dataset.CifarImages`).
+(:class:`clipflow.data.dataset.SlowFastClips`) or CIFAR-format images
+(:class:`clipflow.data.cifar.dataset.CifarImages`).
 
 Every part of a dataset that the recipe sets is built by that part's own ``from_recipe`` (ClipSpec,
 TransformSpec, ImageSpec); this module only chooses the kind and hands over the list, root, mode and seed.

@@ -10,8 +10,8 @@ Both give the same four operations, each called by every worker at the same poin
   updates the weights (PSSync or DDPSync; the optimizer settings are given without
   ``rescale_grad``, which both set to 1 / workers so the sum becomes a mean).
 
-``name`` says what the tensors are (``meta``, ``buffers``, ``optimizer``, ``metrics``, ``val``): the
-parameter server keeps each kind under its own key range; torch.distributed ignores it.
+``name`` says what the tensors are (``meta``, ``buffers``, ``optimizer``, ``metrics``, ``val``, ``partial``,
+``carried``): the parameter server keeps each kind under its own key range; torch.distributed ignores it.
 Tensors may be on any device: each back end works on copies where it needs them (the
 parameter server on the CPU; gloo on the CPU, NCCL on the worker's GPU).
 """
@@ -45,7 +45,7 @@ class PSComm:
     transport = "zmq"  # what carries the gradients
     # one key per use: a key keeps the size its first push gave it
     KEYS = {"buffers": 100_000, "optimizer": 200_000, "meta": 300_000, "metrics": 300_001, "val": 300_002,
-            "partial": 300_003}  # fmt: skip
+            "partial": 300_003, "carried": 300_004}  # fmt: skip
 
     def __init__(self, kv: Any, settings: PSSettings):
         self.kv, self.settings = kv, settings

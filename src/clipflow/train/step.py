@@ -1,6 +1,6 @@
 """How a training step runs the model: precision, memory layout, compilation.
 
-``StepOptions.of(recipe["train"])`` reads ``precision`` (``fp32``, or ``bf16``: autocast
+``StepOptions.from_recipe(recipe)`` reads ``precision`` (``fp32``, or ``bf16``: autocast
 to bfloat16 on the model's device, BatchNorm and the loss staying float32, as torch's
 autocast lists them), ``channels_last`` (model and clips in channels_last_3d, images in
 channels_last: the layouts cuDNN's and oneDNN's convolutions prefer) and ``compile``
@@ -34,9 +34,10 @@ class StepOptions:
             raise ClipflowError(f"train.precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
 
     @classmethod
-    def of(cls, train: dict) -> StepOptions:
-        """From a recipe's train section (the schema fills the defaults)."""
-        return cls(train["precision"], train["channels_last"], train["compile"])
+    def from_recipe(cls, recipe: dict) -> StepOptions:
+        """The recipe's train.precision, channels_last and compile (the schema fills the defaults)."""
+        t = recipe["train"]
+        return cls(t["precision"], t["channels_last"], t["compile"])
 
     def prepare(self, model: nn.Module, images: bool = False) -> nn.Module:
         """The model to call: :meth:`layout`, then :meth:`compiled`."""

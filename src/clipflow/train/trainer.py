@@ -36,6 +36,7 @@ from clipflow.train.job import TrainJob
 from clipflow.train.progress import TensorBoardScalars, epoch_bar, progress_interval
 from clipflow.train.schedule import Schedule, scaled_lr
 from clipflow.train.step import StepOptions
+from clipflow.train.totals import FIELDS, WORDS, Totals, checkpoint_record, from_checkpoint, gather, words_of
 from clipflow.train.validate import ValShard
 
 
@@ -106,7 +107,7 @@ class Trainer:
         torch.manual_seed(seed)
         self.model = build_model(recipe["model"]).to(self.device)
         self.images = is_image_model(recipe["model"]["name"])  # called model(images), not model(slow, fast)
-        self.step_options = StepOptions.of(t)
+        self.step_options = StepOptions.from_recipe(recipe)
         self.step_options.layout(self.model, self.images)
         self.progress_s = progress_interval()  # read here: a bad value stops the worker before training
         self.sync: Any = None  # PSSync or DDPSync, made once rank 0's state is known (_resume_state)
@@ -124,7 +125,7 @@ class Trainer:
         self.best_path = self.store.folder / "best.pt"
         marker = self.best_path.with_suffix(".json")  # a resumed run goes on from the best saved so far
         self.best_top1 = json.loads(marker.read_text())["val_top1"] if marker.exists() else -1.0
-        self.partial: dict = {}  # rank 0, resumed inside an epoch: the totals over all workers so far
+        self.carried = Totals()  # resumed inside an epoch: this worker's totals of it so far
         if self.rank == 0:
             facts = {"recipe": recipe["name"], "epochs": self.epochs, "iters_per_epoch": self.iters_per_epoch,
                      "workers": self.num_workers, "global_batch": global_batch, "backend": comm.backend}  # fmt: skip
@@ -140,10 +141,11 @@ class Trainer:
         """Rank 0 loads the newest checkpoint; every worker then receives rank 0's state.
 
         Returns (epochs complete, steps done, iterations done in the next epoch): the last is not 0
-        when the checkpoint was made inside an epoch; rank 0 then also keeps its partial totals.
+        when the checkpoint was made inside an epoch; every worker then also takes back its totals of that epoch.
         """
         done = torch.zeros(3)
         optimizer_states: dict = {}
+        carried: list[Totals] = []
         if self.rank == 0:
             found = self.store.load_newest()
             if found:
@@ -160,12 +162,16 @@ class Trainer:
                 if iteration:
                     self.sampler.set_epoch(state["epoch"])
                     self.sampler.resume(state["sampler"])  # checks it is this worker's part and seed
-                    self.partial = state["partial"]
+                    carried = self._carried_totals(state["partial"])
                 inside = f", iteration {iteration}" if iteration else ""
                 self.log(f"resumed from checkpoint {path} (epoch {state['epoch']}{inside}, step {state['step']})")
             else:
                 self.log(f"no checkpoint in {self.store.folder}: starting from scratch")
         self.comm.broadcast("meta", [done])
+        if done[2] > 0:  # inside an epoch: every worker goes on from its own totals (clipflow.train.totals)
+            words = words_of(carried) if self.rank == 0 else torch.zeros(self.num_workers, FIELDS, WORDS)
+            self.comm.broadcast("carried", [words])
+            self.carried = Totals.from_words(words[self.rank])
         buffers = [b for b in self.model.buffers() if b.is_floating_point()]  # BatchNorm statistics
         self.comm.broadcast("buffers", buffers)
         t = self.recipe["train"]
@@ -191,6 +197,12 @@ class Trainer:
             self._share_optimizer_states(optimizer_states)
         return int(done[0]), int(done[1]), int(done[2])
 
+    def _carried_totals(self, record: dict) -> list[Totals]:
+        try:
+            return from_checkpoint(record, self.num_workers)
+        except ValueError as exc:
+            raise ClipflowError(f"the checkpoint's epoch totals do not fit this run: {exc}") from None
+
     def _share_optimizer_states(self, states: dict) -> None:
         """Rank 0's optimizer states (from its checkpoint) to wherever the optimizer runs."""
         if self.comm.optimizer_on_servers:
@@ -202,14 +214,12 @@ class Trainer:
         self.comm.broadcast("optimizer", buffers)
         self.sync.load_optimizer_states({key: buf for (key, _), buf in zip(held, buffers, strict=True)})
 
-    def _global_metrics(
-        self, loss_sum: float, correct: int, count: int, speed: tuple[int, float, float, float]
-    ) -> tuple[float, float, list[dict]]:
+    def _global_metrics(self, mine: Totals, speed: tuple[int, float, float, float]) -> tuple[float, float, list[dict]]:
         """Collective: the epoch's loss and top-1 over all workers, and every worker's own speed (its row of
         (clips, seconds, data seconds, compute seconds), the others' rows zero before the sum)."""
         rows = torch.zeros(self.num_workers, 4)  # float32, as every back end sums it
         rows[self.rank] = torch.tensor([float(v) for v in speed])
-        totals = torch.cat([torch.tensor([loss_sum, float(correct), float(count)]), rows.view(-1)])
+        totals = torch.cat([torch.tensor([mine.loss_sum, float(mine.correct), float(mine.count)]), rows.view(-1)])
         self.comm.all_sum("metrics", totals)
         workers = [
             {"rank": r, "clips_per_s": float(c / s) if s else 0.0, "data_time": float(d), "step_time": float(t)}
@@ -238,7 +248,7 @@ class Trainer:
 
     def _checkpoint(self, epoch: int, step: int, iteration: int = 0, partial: dict | None = None) -> None:
         """Rank 0 saves; ``iteration`` > 0: inside ``epoch``, after that many iterations, with the sampler's
-        position and the epoch's ``partial`` totals so far (summed over the workers)."""
+        position and the epoch's ``partial`` totals so far (every worker's, :func:`checkpoint_record`)."""
         state = {
             "model": self.model.state_dict(),
             "optimizer": self.sync.optimizer_states(),
@@ -260,13 +270,11 @@ class Trainer:
         path = self.store.save(state, epoch, iteration)
         self.log(f"checkpoint {path}")
 
-    def _checkpoint_inside(self, epoch: int, step: int, iteration: int, local: tuple[float, int, int]) -> None:
-        """A checkpoint inside an epoch: every worker adds its totals so far (collective), rank 0 saves."""
-        totals = torch.tensor([float(v) for v in local])
-        self.comm.all_sum("partial", totals)  # its own key: "metrics" also carries every worker's speed
+    def _checkpoint_inside(self, epoch: int, step: int, iteration: int, mine: Totals) -> None:
+        """A checkpoint inside an epoch: rank 0 gathers every worker's totals so far (collective) and saves."""
+        every = gather(self.comm.all_sum, "partial", mine, self.rank, self.num_workers)
         if self.rank == 0:
-            partial = {"loss_sum": float(totals[0]), "correct": int(totals[1]), "count": int(totals[2])}
-            self._checkpoint(epoch, step, iteration, partial)
+            self._checkpoint(epoch, step, iteration, checkpoint_record(every))
 
     def _append_history(self, record: dict, resumed_epoch: int) -> None:
         lines = []
@@ -313,8 +321,8 @@ class Trainer:
         # a worker's part of this epoch, from where the checkpoint stopped (every worker did as many iterations)
         self.sampler.set_epoch(epoch)
         self.sampler.resume(self.sampler.state(first * self.batch_size))
-        totals = self.partial if first and self.rank == 0 else {"loss_sum": 0.0, "correct": 0, "count": 0}
-        loss_sum, correct, count = totals["loss_sum"], totals["correct"], totals["count"]
+        start = self.carried if first else Totals()
+        totals = start
         data_time, step_time = 0.0, 0.0
         began = tick = time.perf_counter()
         with epoch_bar(epoch, self.epochs, self.iters_per_epoch, first, self.progress_s, self.rank == 0) as bar:
@@ -334,21 +342,18 @@ class Trainer:
                 self.model.zero_grad(set_to_none=True)
                 step += 1
                 batch_loss = loss.item()
-                loss_sum += batch_loss * len(labels)
-                correct += int((logits.argmax(1) == labels).sum())
-                count += len(labels)
+                totals = totals.add(batch_loss, int((logits.argmax(1) == labels).sum()), len(labels))
                 now = time.perf_counter()
                 data_time, step_time, tick = data_time + loaded - tick, step_time + now - loaded, now
-                bar.set_postfix_str(f"loss {loss_sum / count:.4f} lr {lr:.5f}", refresh=False)
+                bar.set_postfix_str(f"loss {totals.loss_sum / totals.count:.4f} lr {lr:.5f}", refresh=False)
                 bar.update()
                 if self.board:
                     self.board.step(step, batch_loss, lr)
                 if save_every and (it + 1) % save_every == 0 and it + 1 < self.iters_per_epoch:
-                    self._checkpoint_inside(epoch, step, it + 1, (loss_sum, correct, count))
-        count_here = count - (totals["count"] if first and self.rank == 0 else 0)
+                    self._checkpoint_inside(epoch, step, it + 1, totals)
         elapsed = time.perf_counter() - began
-        loss_avg, acc, workers = self._global_metrics(loss_sum, correct, count,
-                                                      (count_here, elapsed, data_time, step_time))  # fmt: skip
+        speed = (totals.count - start.count, elapsed, data_time, step_time)  # this run's clips, not the carried ones
+        loss_avg, acc, workers = self._global_metrics(totals, speed)
         val = self._validate() if self.eval_every and (epoch % self.eval_every == 0 or epoch == self.epochs) else {}
         if self.rank == 0:
             record = {
