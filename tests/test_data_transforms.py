@@ -345,8 +345,9 @@ def test_test_views_are_clips_times_crops_decoded_once(
         assert label == entry.label
         assert slow.shape == (30, 3, 2, 64, 64) and fast.shape == (30, 3, 4, 64, 64)
 
-        whole = decord.VideoReader(str(band_set / entry.path), width=WIDTH, height=HEIGHT)
+        whole = decord.VideoReader(str(band_set / entry.path))  # stored at WIDTH x HEIGHT: decord's resize not used
         frames = whole.get_batch(list(range(entry.num_frames))).asnumpy()
+        assert frames.shape == (entry.num_frames, HEIGHT, WIDTH, 3)
         for v, plan in enumerate(plans):
             assert read_bands(fast[v]) == plan.fast, (entry.path, v)
             assert read_bands(slow[v]) == plan.slow, (entry.path, v)
