@@ -300,7 +300,7 @@ def reader_rss(path: Path, readers: int) -> dict[str, float]:
     picks = [list(range(start, frames, 2))[:16] for start in range(4)]
     every = max(1, readers // 20)
     for i in range(readers):
-        reader = decord.VideoReader(str(path), width=WIDTH // 2, height=HEIGHT // 2, num_threads=1)
+        reader = decord.VideoReader(str(path), num_threads=1)  # at the stored size, as clipflow's reader opens it
         frames = reader.get_batch(picks[i % len(picks)]).asnumpy()
         del reader, frames
         if (i + 1) % every == 0:

@@ -25,6 +25,8 @@ def expect(ok: bool, what: str) -> None:
 
 
 def grad(key: int, rank: int, round_: int) -> torch.Tensor:
+    """Random floats: their sums are still checked exactly, as the jobs have two workers and a + b == b + a
+    in floating point whatever order the pushes reach the server in (with three the order would count)."""
     gen = torch.Generator().manual_seed(1_000_000 * round_ + 1000 * rank + key)
     return torch.randn(SHAPES[key], generator=gen)
 

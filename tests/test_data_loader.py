@@ -69,6 +69,8 @@ def test_two_workers_give_bitwise_the_clips_of_the_main_process_every_epoch(vide
     inline = make_loader(dataset, 2, sampler, workers=0)
     workers = make_loader(dataset, 2, sampler, workers=2, prefetch=2)  # persistent: one set of workers for both
     rng_before = torch.get_rng_state()
+    # bitwise on any CPU: the same code on the same machine; a worker's torch thread count changes no pixel (the
+    # uint8 resize sums nothing across threads)
     for epoch in (1, 2):
         expected = epoch_batches(inline, dataset, sampler, epoch)
         got = epoch_batches(workers, dataset, sampler, epoch)

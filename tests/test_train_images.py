@@ -47,7 +47,7 @@ def test_resnet18_cifar10_learns_on_ps_and_ddp_to_the_same_weights_and_evaluates
         runs[backend] = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     ps = torch.load(tmp_path / "ps/model.pt", weights_only=False)["model"]
     ddp = torch.load(tmp_path / "ddp/model.pt", weights_only=False)["model"]
-    for name in ps:
+    for name in ps:  # exact: the same steps on this machine, each gradient a sum of two addends in either back end
         assert torch.equal(ps[name], ddp[name]), name
     history = runs["ddp"]
     assert [h["loss"] for h in history] == [h["loss"] for h in runs["ps"]]

@@ -19,7 +19,10 @@ The PyAV reader decodes on one thread and does no more than a clip needs:
 
 decord (``VideoReader(...).get_batch``) is kept as the other choice: it was GluonCV's
 reader. On 340x256 H.264 clips of 64 frames it measured 35 to 53 ms a clip, against
-31 to 35 for this one (bench/loader.py has the loader's figures with each).
+31 to 35 for this one (bench/loader.py has the loader's figures with each). decord
+decodes at the video's stored size and :func:`resize_rgb` resizes its RGB frames:
+decord2 3.4.0's own resize (``VideoReader(width=, height=)``) is wrong on some CPUs (on
+an AMD EPYC it made 4-channel frames and get_batch failed), decord 0.6.0's was not.
 """
 
 from __future__ import annotations
@@ -146,6 +149,31 @@ class PyAVReader:
         return rgb
 
 
+def resize_rgb(frames: np.ndarray, width: int, height: int) -> np.ndarray:
+    """(N, H, W, 3) uint8 RGB ``frames`` at (height, width): returned as they are when that is their size.
+
+    swscale's bicubic, as the PyAV reader's resize, with BITEXACT so that every CPU gives the
+    same pixels: without it swscale runs SIMD code chosen by the CPU, whose rounding is not the
+    C code's (measured here: 855 of 3.6 million values one off). It costs nothing measurable
+    (0.6 ms a frame, 340x256 to 224x168, either way). One thread, as the decoders: the
+    loader's parallelism is its worker processes.
+    """
+    if frames.shape[1:3] == (height, width):
+        return frames
+    import av
+    from av.video.reformatter import Interpolation, VideoReformatter
+
+    reformatter = VideoReformatter()
+    bicubic = Interpolation.BICUBIC | Interpolation.BITEXACT
+    out = np.empty((len(frames), height, width, 3), np.uint8)
+    for i, frame in enumerate(frames):
+        source = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")
+        out[i] = reformatter.reformat(
+            source, width=width, height=height, format="rgb24", interpolation=bicubic, threads=1
+        ).to_ndarray()
+    return out
+
+
 def read_frames(path: Path, indices: list[int], width: int, height: int, decoder: str = "pyav") -> np.ndarray:
     """Frames ``indices`` (display order, 0-based) of the video at ``path`` as (N, height, width, 3) uint8 RGB.
 
@@ -157,8 +185,10 @@ def read_frames(path: Path, indices: list[int], width: int, height: int, decoder
         if decoder == "decord":
             import decord
 
-            reader = decord.VideoReader(str(path), width=width, height=height, num_threads=1)
-            return reader.get_batch(indices).asnumpy()
+            frames = decord.VideoReader(str(path), num_threads=1).get_batch(indices).asnumpy()
+            if frames.ndim != 4 or frames.shape[-1] != 3:
+                raise ClipflowError(f"decord gave frames of shape {frames.shape}, not (N, H, W, 3)")
+            return resize_rgb(frames, width, height)
         reader = PyAVReader(path, width, height)
         try:
             return reader.get(indices)
