@@ -9,6 +9,7 @@ import sys
 import pytest
 import torch
 from conftest import python_env
+from job_helpers import tiny_job
 from test_train_launch import TINY, launch, two_splits
 
 from clipflow.cluster.hostsfile import Host
@@ -130,10 +131,9 @@ def test_broken_ddp_variables_are_named(env, message):
 def test_a_ddp_worker_with_a_missing_or_bad_variable_says_which(tmp_path, env_extra, message):
     env = {k: v for k, v in python_env().items() if k not in ("WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT")}
     env.update(env_extra)
+    job = tiny_job(tmp_path, "ddp").write()
     done = subprocess.run(
-        [sys.executable, "-m", "clipflow", "train", "worker", "--backend", "ddp", "--recipe", "slowfast_tiny_synthetic",
-         "--splits-dir", str(tmp_path), "--root", str(tmp_path), "--checkpoint-root", str(tmp_path),
-         "--model-out", str(tmp_path / "m.pt"), "--metrics-out", str(tmp_path / "m.jsonl")],
+        [sys.executable, "-m", "clipflow", "train", "worker", "--job", str(job), "--rank", "0"],
         env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 2 and message in done.stderr, done.stderr

@@ -13,7 +13,7 @@ from clipflow.cluster.plan import Plan
 from clipflow.errors import ClipflowError
 from clipflow.evaluate.evaluate import check_inputs
 from clipflow.evaluate.job import EvalJob
-from clipflow.train.launch import launch_workers
+from clipflow.train.launch import job_command, launch_workers
 
 
 def launch_evaluation(plan_path: str, model: str, list_path: str, root: str, out: str, batch_size: int | None,
@@ -26,6 +26,5 @@ def launch_evaluation(plan_path: str, model: str, list_path: str, root: str, out
     check_inputs(model, list_path, root, batch_size)  # once here, rather than in every worker
     paths = (Path(p).absolute() for p in (model, list_path, root, out))  # as every host of the plan names them
     job = EvalJob(plan, *paths, batch_size)
-    path = job.write(log_dir)
-    return launch_workers(plan, lambda role: ["evaluate", "worker", "--job", str(path.absolute()), "--rank",
-                                              str(role.rank)], "ddp", log_dir, grace, host_logs=False)  # fmt: skip
+    command = job_command("evaluate", job.write(log_dir).absolute())
+    return launch_workers(plan, command, "ddp", log_dir, grace, host_logs=False)

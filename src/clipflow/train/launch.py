@@ -22,32 +22,41 @@ from clipflow.cluster.sync import sync_host
 from clipflow.data.listfile import read_list
 from clipflow.errors import ClipflowError
 from clipflow.train.job import TrainJob
-from clipflow.train.launcher import Launcher
+from clipflow.train.launcher import Launcher, RoleCommand
 from clipflow.train.roles import role_commands
 
 
-def launch_workers(plan: Plan, command: Callable[[Role], Sequence[str]], backend: str, log_dir: str, grace: float,
-                   host_logs: bool) -> int:  # fmt: skip
-    """Runs ``python -m clipflow`` with each worker's ``command`` (its clipflow arguments) on the plan's workers
-    (with backend ps also its scheduler and servers) until the first failure; the launcher's exit code.
-    ``host_logs``: each role also keeps its log on its own host, for collection."""
-    check_ports(plan)
+Command = Callable[[Role], Sequence[str]]  # a worker's clipflow arguments
+
+
+def worker_commands(plan: Plan, command: Command, backend: str, log_dir: str, host_logs: bool) -> list[RoleCommand]:
+    """What runs where: ``python -m clipflow`` with each worker's ``command`` on the plan's workers (with backend
+    ps also its scheduler and servers). ``host_logs``: each role also keeps its log on its own host, for
+    collection."""
     python = plan.python or sys.executable
 
     def argv(role: Role) -> list[str]:
         return [python, "-m", "clipflow", *command(role)]
 
-    commands = role_commands(plan, argv, backend=backend, log_dir=log_dir if host_logs else "")
-    return Launcher(commands, log_dir, grace_s=grace).run()
+    return role_commands(plan, argv, backend=backend, log_dir=log_dir if host_logs else "")
+
+
+def launch_workers(plan: Plan, command: Command, backend: str, log_dir: str, grace: float, host_logs: bool) -> int:
+    """Runs :func:`worker_commands` until the first failure; the launcher's exit code."""
+    check_ports(plan)
+    return Launcher(worker_commands(plan, command, backend, log_dir, host_logs), log_dir, grace_s=grace).run()
+
+
+def job_command(group: str, job_file: Path) -> Command:
+    """The command line of a worker of ``group`` (train, evaluate): its job file and its rank."""
+    return lambda role: [group, "worker", "--job", str(job_file), "--rank", str(role.rank)]
 
 
 def launch_training(job: TrainJob, log_dir: str, grace: float) -> int:
     """Writes ``job`` beside its checkpoints and runs its workers from that file; the launcher's exit code."""
     if job.paths.val_list is not None:
         read_list(job.paths.val_list)  # a missing or broken val list, named before anything starts
-    path = job.write()
-    return launch_workers(job.plan, lambda role: ["train", "worker", "--job", str(path), "--rank", str(role.rank)],
-                          job.backend, log_dir, grace, host_logs=True)  # fmt: skip
+    return launch_workers(job.plan, job_command("train", job.write()), job.backend, log_dir, grace, host_logs=True)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,132 @@
+"""The training job (clipflow.train.job): made and checked once, written as job.json, and the only thing a worker
+starts from besides its rank; a bad job file is named before any process starts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import python_env
+from job_helpers import tiny_job, tiny_job_dict, write_job_file
+
+from clipflow.errors import ClipflowError
+from clipflow.train.job import TrainJob
+from clipflow.train.launch import job_command, worker_commands
+
+
+def clipflow_run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "clipflow", *args], env=python_env(), capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+
+
+def test_a_job_is_written_beside_the_checkpoints_and_reads_back_equal(tmp_path):
+    job = tiny_job(tmp_path)
+    path = job.write()
+    assert path == tmp_path / "ckpt" / "job.json"
+    assert json.loads(path.read_text()) == job.to_dict()
+    again = TrainJob.read(path)
+    assert again == job and again.recipe["train"]["epochs"] == job.recipe["train"]["epochs"]
+    assert again.paths.shard(1) == tmp_path / "splits" / "worker1.lst" and again.paths.val_list is None
+
+
+@pytest.mark.parametrize("backend, roles", [("ps", ["scheduler", "server", "worker", "worker", "worker"]),
+                                            ("ddp", ["worker", "worker", "worker"])])  # fmt: skip
+def test_a_workers_command_line_is_the_job_file_and_its_rank(tmp_path, backend, roles):
+    job = tiny_job(tmp_path, backend, workers=3)
+    path = job.write()
+    commands = worker_commands(job.plan, job_command("train", path), backend, str(tmp_path / "logs"), True)
+    assert [c.role.role for c in commands] == roles
+    workers = [c for c in commands if c.role.role == "worker"]
+    assert [c.argv for c in workers] == [
+        [sys.executable, "-m", "clipflow", "train", "worker", "--job", str(path), "--rank", str(rank)]
+        for rank in range(3)
+    ]
+
+
+def drop(section: str | None, key: str):
+    def change(job: dict) -> None:
+        del (job[section] if section else job)[key]
+
+    return change
+
+
+def put(value, *keys):
+    def change(job: dict) -> None:
+        place = job
+        for key in keys[:-1]:
+            place = place[key]
+        place[keys[-1]] = value
+
+    return change
+
+
+BAD_JOBS = {
+    "missing key": (drop(None, "seed"), "(top level): 'seed' is a required property"),
+    "missing path": (drop("paths", "root"), "paths: 'root' is a required property"),
+    "wrong type": (put("zero", "seed"), "seed: 'zero' is not of type 'integer'"),
+    "unknown back end": (put("horovod", "backend"), "backend: 'horovod' is not one of ['ps', 'ddp']"),
+    "unknown kvstore mode": (put("dist_fast", "ps", "mode"), "ps.mode: 'dist_fast' is not one of"),
+    "relative path": (put("data/videos", "paths", "root"), "paths.root: 'data/videos' does not match '^/'"),
+    "unknown key": (put(3, "epochs"), "Additional properties are not allowed ('epochs' was unexpected)"),
+    "other version": (put(2, "version"), "version: 1 was expected"),
+    "bad plan": (put("boss", "plan", "roles", 0, "role"), "plan.roles.0.role: 'boss' is not one of"),
+    "bad recipe": (put(0, "recipe", "train", "epochs"), "recipe: train.epochs: 0 is less than the minimum of 1"),
+    "ps setting with ddp": (
+        lambda job: (put("ddp", "backend")(job), put("dist_async", "ps", "mode")(job)),
+        "kvstore dist_async is a parameter-server mode; the ddp back end is synchronous",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD_JOBS, ids=list(BAD_JOBS))
+def test_a_bad_job_file_is_named_by_the_launcher_before_any_process_starts(tmp_path, case):
+    change, message = BAD_JOBS[case]
+    job = tiny_job_dict(tmp_path)
+    change(job)
+    path = write_job_file(tmp_path / "job.json", job)
+    logs = tmp_path / "logs"
+    done = clipflow_run("train", "launch", "--job", str(path), "--log-dir", str(logs))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"clipflow: error: job file {path}" in done.stderr and message in done.stderr, done.stderr
+    assert "`clipflow train launch` writes a good one" in done.stderr
+    assert not logs.exists()  # no role was started: the launcher makes the log folder for the first one
+
+
+def test_a_job_file_that_is_not_json_or_not_there_is_named(tmp_path):
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"version": 1,')
+    done = clipflow_run("train", "launch", "--job", str(broken), "--log-dir", str(tmp_path / "logs"))
+    assert done.returncode == 2 and f"job file {broken} cannot be read (Expecting" in done.stderr, done.stderr
+    listed = write_job_file(tmp_path / "list.json", [])  # type: ignore[arg-type]
+    done = clipflow_run("train", "worker", "--job", str(listed), "--rank", "0")
+    assert done.returncode == 2 and "(top level): [] is not of type 'object'" in done.stderr, done.stderr
+    done = clipflow_run("train", "worker", "--job", str(tmp_path / "gone.json"), "--rank", "0")
+    assert done.returncode == 2 and f"job file {tmp_path / 'gone.json'} does not exist" in done.stderr, done.stderr
+
+
+def test_a_worker_names_a_bad_job_file_and_a_rank_outside_the_plan(tmp_path):
+    job = tiny_job_dict(tmp_path)
+    job["backend"] = "horovod"
+    bad = write_job_file(tmp_path / "bad" / "job.json", job)
+    done = clipflow_run("train", "worker", "--job", str(bad), "--rank", "0")
+    assert done.returncode == 2 and "backend: 'horovod' is not one of" in done.stderr, done.stderr
+    good = tiny_job(tmp_path).write()
+    done = clipflow_run("train", "worker", "--job", str(good), "--rank", "2")
+    assert done.returncode == 2, done.stderr
+    assert "worker rank 2 is not in the job's plan: its ranks are 0..1" in done.stderr
+
+
+def test_a_job_file_and_the_flags_that_make_one_are_not_mixed(tmp_path):
+    path = tiny_job(tmp_path).write()
+    done = clipflow_run("train", "launch", "--job", str(path), "--log-dir", str(tmp_path / "logs"), "--recipe", "x")
+    assert done.returncode == 2 and "--job names the whole job: drop --recipe, or drop --job" in done.stderr
+    done = clipflow_run("train", "launch", "--log-dir", str(tmp_path / "logs"), "--recipe", "slowfast_tiny_synthetic")
+    assert done.returncode == 2, done.stderr
+    assert "clipflow train launch needs --plan, --splits-dir, --root, --checkpoint-root, --model-out" in done.stderr
+
+
+def test_the_job_made_from_flags_is_checked_once_before_anything_starts(tmp_path):
+    with pytest.raises(ClipflowError, match=r"job: seed: 'zero' is not of type 'integer'"):
+        TrainJob.from_dict({**tiny_job_dict(tmp_path), "seed": "zero"})
