@@ -21,6 +21,7 @@ from clipflow.ps import KVStore, PSConfig, run_role
 from clipflow.ps.exitcodes import ABORTED
 from clipflow.ps.placement import Placement, split_sizes
 from clipflow.ps.store import KeyValueStore
+from clipflow.ps.transport import INVALID_OP
 from clipflow.ps.wire import Message, Op, WireError, decode, encode
 
 TESTS = Path(__file__).resolve().parent
@@ -199,6 +200,17 @@ def test_store_sums_a_round_and_answers_only_when_complete() -> None:
     assert "key 2 is not initialised" in missing[0][1]["reason"]
     async_reply = store.handle(b"w0", _push(Op.PUSHPULL, 1, 0, [7, 7], 7, sync=False))
     np.testing.assert_array_equal(async_reply[0][1].arrays[0], [7, 7])
+
+
+def test_store_refuses_unknown_and_malformed_requests_with_an_error_reply() -> None:
+    store = KeyValueStore(server_rank=3, num_worker=1)
+    ((peer, unknown),) = store.handle(b"w0", Message("bogus", {"key": 1, "seq": 4}))
+    assert (peer, unknown.op, unknown["seq"]) == (b"w0", Op.ERROR, 4)
+    assert unknown["reason"] == "server 3: unknown operation 'bogus'"
+    ((_, broken),) = store.handle(b"w0", Message(INVALID_OP, {"reason": "malformed message: empty message"}))
+    assert broken.op == Op.ERROR and broken["reason"] == "server 3: malformed message: empty message"
+    ((_, early),) = store.handle(b"w0", Message(Op.GET_STATES, {"seq": 5}))
+    assert early.op == Op.ERROR and early["reason"] == "server 3: get_states before set_optimizer"
 
 
 # -- real processes -----------------------------------------------------------------------------
