@@ -11,8 +11,10 @@ The KVStore decides what to ask; a :class:`Customer` sends it and keeps track of
 * :meth:`Customer.defer` and :meth:`Customer.settle` let a push return before its reply: the reply is
   awaited by the next call that needs it (a later call on the key, a barrier, close).
 
-Its failures are ClipflowError: a server's error reply (its reason says which server and request), or no
-reply within the timeout (the message names the server, the request and the setting).
+Its failures are :class:`~clipflow.errors.CommError`: a server's error reply (its reason says which server
+and request), or no reply within the timeout (the message names the server, the request and the setting).
+An abort of the job (the scheduler's, seen by the heartbeat thread) ends a wait with
+:class:`~clipflow.errors.JobAborted`.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import zmq
 
-from clipflow.errors import ClipflowError
+from clipflow.errors import CommError
 from clipflow.ps.log import Log
 from clipflow.ps.reliable import ACK, Outbox, describe_request
 from clipflow.ps.transport import Channel
@@ -111,7 +113,7 @@ class Customer:
     def wait(self, seqs: Collection[int], timeout: Timeout | None = None) -> dict[int, Message]:
         """The replies to ``seqs``, by seq, once all came.
 
-        Raises ClipflowError on the first error reply among them (the others are then abandoned: their late
+        Raises CommError on the first error reply among them (the others are then abandoned: their late
         replies are dropped) or when ``timeout`` passes first.
         """
         wanted = set(seqs)
@@ -119,7 +121,7 @@ class Customer:
         while not wanted.issubset(self._replies):
             self._check_abort()
             if deadline is not None and timeout is not None and time.monotonic() > deadline:
-                raise ClipflowError(self._no_answer(wanted, timeout))
+                raise CommError(self._no_answer(wanted, timeout))
             for sock, _ in self._poller.poll(self._poll_ms):
                 while sock.poll(0):
                     self._receive(self._server_of[sock])
@@ -174,7 +176,7 @@ class Customer:
         self._outbox.forget(wanted - self._replies.keys())
         for s in wanted:
             self._replies.pop(s, None)
-        raise ClipflowError(str(reply.get("reason") or f"server {server} refused request {errors[0]} without a reason"))
+        raise CommError(str(reply.get("reason") or f"server {server} refused request {errors[0]} without a reason"))
 
     def _no_answer(self, wanted: set[int], timeout: Timeout) -> str:
         missing = self._outbox.pending(sorted(wanted - self._replies.keys()))

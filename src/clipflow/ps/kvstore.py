@@ -16,7 +16,9 @@ same machine travel through shared memory (:mod:`clipflow.ps.shm`); :meth:`KVSto
 hands out that memory as the key's tensor, which saves copying into it and out of it.
 
 The KVStore turns calls into requests; :class:`clipflow.ps.customer.Customer` sends them and
-collects their replies.
+collects their replies. Misuse (a bad key, shape or argument, a key not initialised) raises
+ClipflowError before anything is sent; a failure of the servers to answer properly (an error
+reply, a broken reply, no reply in time) raises CommError.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import numpy as np
 import torch
 import zmq
 
-from clipflow.errors import ClipflowError
+from clipflow.errors import FAILURES, ClipflowError, CommError
 from clipflow.ps.compression import TwoBitCompression
 from clipflow.ps.customer import Customer, Request, Timeout
 from clipflow.ps.env import PSConfig
@@ -331,7 +333,7 @@ class KVStore:
             except (TypeError, ValueError):
                 slots = None
             if msg.op != Op.OK or slots is None or len(slots) != len(msg.arrays):
-                raise ClipflowError(f"server {server} sent a bad {msg.op} reply to {Op.GET_STATES}")
+                raise CommError(f"server {server} sent a bad {msg.op} reply to {Op.GET_STATES}")
             held.append(dict(zip(slots, msg.arrays, strict=True)))
         states: dict[int, torch.Tensor] = {}
         for key, info in self._keys.items():
@@ -344,7 +346,7 @@ class KVStore:
                 if arr is None:
                     arr = np.zeros(size, dtype=np.float32)  # a part never updated has a zero state
                 elif arr.size != size:
-                    raise ClipflowError(
+                    raise CommError(
                         f"server {part.server} answered {Op.GET_STATES} with {arr.size} {optimizer.name} state "
                         f"elements of key {key} (from element {part.start}), not {size}"
                     )
@@ -398,7 +400,7 @@ class KVStore:
         if not self._failed:
             try:
                 self._customer.settle(timeout=Timeout(self._cfg.heartbeat_timeout, "CLIPFLOW_HEARTBEAT_TIMEOUT"))
-            except ClipflowError as exc:
+            except FAILURES as exc:
                 self._log.error(f"while closing: {exc}")
             self._link.done()
         self._closed = True
@@ -514,7 +516,7 @@ class KVStore:
                 for server in sorted({p.server for p in parts}):
                     seqs.append(self._customer.request(Request(server, Op.SHM_ATTACH, k, fields=fields)))
             self._customer.wait(seqs)
-        except (OSError, ClipflowError) as exc:
+        except (OSError, CommError) as exc:
             self._log.error(f"shared memory with the servers on this machine failed ({exc}); using TCP instead")
             self._local.clear()
             self._shared.clear()
@@ -543,7 +545,7 @@ class KVStore:
             shared = self._shared.get(msg.get("key")) if msg.get("shm") else None
             data = shared.view(part) if shared is not None else (msg.arrays[0] if len(msg.arrays) == 1 else None)
             if msg.op != Op.VALUE or data is None or data.size != part.size:
-                raise ClipflowError(
+                raise CommError(
                     f"server {part.server} sent a bad {msg.op} reply to {op} (seq {seq}) of elements "
                     f"{part.start} to {part.stop} of key {msg.get('key')}"
                 )
