@@ -11,11 +11,15 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
+from clipflow.errors import FAILURES
 from clipflow.ps import KVStore
+from clipflow.ps.customer import Request
+from clipflow.ps.wire import Op
 
 MODE = os.environ.get("CLIPFLOW_TEST_MODE", "dist_sync")
 
@@ -106,13 +110,39 @@ def scenario_raise(kv: KVStore) -> dict:
     return {"rank": kv.rank, "unexpected": "pushpull completed"}
 
 
+def scenario_refused(kv: KVStore) -> dict:
+    """Worker 1 sends a request out of protocol (a pull from element -1), which the server refuses."""
+    kv.init(0, torch.zeros(4))
+    if kv.rank == 1:
+        seq = kv._customer.request(Request(0, Op.PULL, 0, fields={"start": -1}))
+        kv._customer.wait([seq])
+    kv.barrier()  # worker 0 waits here until the job is aborted
+    return {"rank": kv.rank, "unexpected": "the barrier completed"}
+
+
 SCENARIOS = {"sum": scenario_sum, "bcast": scenario_bcast, "hang": scenario_hang, "raise": scenario_raise}
+CLI_SCENARIOS = {"refused": scenario_refused}  # run as `clipflow train` runs its worker
 
 
 def main() -> None:
+    if sys.argv[1] in CLI_SCENARIOS:
+        run_like_the_cli(CLI_SCENARIOS[sys.argv[1]])
+        return
     kv = KVStore.create(MODE)
     facts = SCENARIOS[sys.argv[1]](kv)
     kv.close()
+    print(json.dumps(facts), flush=True)
+
+
+def run_like_the_cli(scenario: Callable[[KVStore], dict]) -> None:
+    """An exception leaving the ``with`` tells the scheduler; a ClipflowError or CommError then ends the
+    process with one line and its kind's exit status, as ``clipflow.cli.main`` does."""
+    try:
+        with KVStore.create(MODE) as kv:
+            facts = scenario(kv)
+    except FAILURES as exc:
+        print(f"clipflow: {exc.label}: {exc}", file=sys.stderr, flush=True)
+        sys.exit(exc.exit_status)
     print(json.dumps(facts), flush=True)
 
 

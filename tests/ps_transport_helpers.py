@@ -53,12 +53,11 @@ def scenario_rounds(kv: KVStore) -> dict:
     for r in range(1, kv.num_workers):
         want = want + grad(1, r, 99)
     expect(torch.equal(out, want), "push then pull: the sum differs")
-    dropped = sum(c.dropper.dropped for c in kv._servers if c.dropper is not None)
     return {
         "rank": kv.rank,
         "rounds": ROUNDS,
-        "dropped": dropped,
-        "resent": kv._outbox.resent,
+        "dropped": kv._customer.dropped,
+        "resent": kv._customer.resent,
         "shared_with": sorted(kv._local),  # servers reached through shared memory (clipflow.ps.shm)
         "shm_parts": sum(len(shared.starts) for shared in kv._shared.values()),
         "regions": len(kv._shared),

@@ -16,11 +16,14 @@ import numpy as np
 import pytest
 
 from clipflow.cluster.ports import free_port
-from clipflow.errors import ClipflowError
+from clipflow.errors import ClipflowError, CommError, JobAborted
 from clipflow.ps import KVStore, PSConfig, run_role
 from clipflow.ps.exitcodes import ABORTED
+from clipflow.ps.log import Log
 from clipflow.ps.placement import Placement, split_sizes
+from clipflow.ps.scheduler import Scheduler, _Abort
 from clipflow.ps.store import KeyValueStore
+from clipflow.ps.transport import INVALID_OP
 from clipflow.ps.wire import Message, Op, WireError, decode, encode
 
 TESTS = Path(__file__).resolve().parent
@@ -199,6 +202,40 @@ def test_store_sums_a_round_and_answers_only_when_complete() -> None:
     assert "key 2 is not initialised" in missing[0][1]["reason"]
     async_reply = store.handle(b"w0", _push(Op.PUSHPULL, 1, 0, [7, 7], 7, sync=False))
     np.testing.assert_array_equal(async_reply[0][1].arrays[0], [7, 7])
+
+
+def test_store_refuses_unknown_and_malformed_requests_with_an_error_reply() -> None:
+    store = KeyValueStore(server_rank=3, num_worker=1)
+    ((peer, unknown),) = store.handle(b"w0", Message("bogus", {"key": 1, "seq": 4}))
+    assert (peer, unknown.op, unknown["seq"]) == (b"w0", Op.ERROR, 4)
+    assert unknown["reason"] == "server 3: unknown operation 'bogus'"
+    ((_, broken),) = store.handle(b"w0", Message(INVALID_OP, {"reason": "malformed message: empty message"}))
+    assert broken.op == Op.ERROR and broken["reason"] == "server 3: malformed message: empty message"
+    ((_, early),) = store.handle(b"w0", Message(Op.GET_STATES, {"seq": 5}))
+    assert early.op == Op.ERROR and early["reason"] == "server 3: get_states before set_optimizer"
+
+
+def test_failures_by_kind() -> None:
+    """Broken messages are communication failures (and stay ValueErrors); an abort echo exits like one."""
+    with pytest.raises(CommError) as info:
+        decode([b"not json"])
+    assert isinstance(info.value, WireError) and isinstance(info.value, ValueError)
+    assert not isinstance(info.value, ClipflowError) and info.value.exit_status == 76
+    assert issubclass(JobAborted, CommError) and JobAborted.exit_status == ABORTED
+    assert (ClipflowError.label, CommError.label, JobAborted.label) == ("error", "communication failure", "aborted")
+
+
+def test_scheduler_ends_the_job_on_a_barrier_out_of_protocol() -> None:
+    class Sent(list):
+        def try_send(self, msg: Message, peer: bytes | None = None) -> bool:
+            self.append((peer, msg))
+            return True
+
+    cfg = PSConfig.from_env(base_env(DMLC_ROLE="scheduler", DMLC_NUM_WORKER="1"))
+    scheduler = Scheduler(cfg, Sent(), Log("scheduler"))  # type: ignore[arg-type]
+    scheduler._handle(b"w/c", Message(Op.REGISTER, {"uid": "w", "role": "worker", "host": "h"}), 0.0)
+    with pytest.raises(_Abort, match="worker \\(rank not yet assigned\\) on h sent a barrier with a bad seq 'x'"):
+        scheduler._handle(b"w/c", Message(Op.BARRIER, {"uid": "w", "seq": "x"}), 0.0)
 
 
 # -- real processes -----------------------------------------------------------------------------
@@ -393,6 +430,22 @@ def test_failing_worker_aborts_the_whole_job_with_its_error(make_cluster: Callab
     for p in cluster.procs:
         if p is not failing:
             assert "worker 1 on 127.0.0.1 failed: RuntimeError: boom on purpose" in p.stderr(), p.stderr()
+
+
+def test_error_reply_is_a_communication_failure_that_ends_the_job(make_cluster: Callable[..., Cluster]) -> None:
+    cluster = make_cluster(1, 2)
+    cluster.scheduler()
+    cluster.server()
+    cluster.worker("worker0", "refused", DMLC_RANK="0")
+    failing = cluster.worker("worker1", "refused", DMLC_RANK="1")
+    exits = cluster.wait_exits(cluster.procs, 40)
+    assert exits.pop("worker1")[0] == CommError.exit_status, failing.stderr()  # the cause: 76
+    assert all(rc == ABORTED for rc, _ in exits.values()), exits  # the others only echo it
+    reason = "server 0: pull of key 0 needs a start >= 0, got -1"
+    assert f"clipflow: communication failure: {reason}" in failing.stderr(), failing.stderr()
+    for p in cluster.procs:
+        if p is not failing:
+            assert f"worker 1 on 127.0.0.1 failed: CommError: {reason}" in p.stderr(), p.stderr()
 
 
 def test_torch_import_is_not_needed_by_scheduler_and_servers() -> None:

@@ -6,7 +6,9 @@
   answer in time), with inputs that were fine: the message says what failed and where, never to change an
   input. Exit 76 (EX_PROTOCOL), ``clipflow: communication failure: ...``.
 
-A process that stops because the job failed elsewhere exits 75 (:data:`clipflow.ps.exitcodes.ABORTED`).
+A process that stops because the job failed elsewhere exits 75 (:data:`clipflow.ps.exitcodes.ABORTED`),
+also when it learns so by an exception (:class:`JobAborted`): a launcher takes that status for an echo, and
+names the process with any other status as the cause.
 """
 
 
@@ -22,6 +24,14 @@ class CommError(Exception):
 
     exit_status = 76  # EX_PROTOCOL
     label = "communication failure"
+
+
+class JobAborted(CommError):
+    """The job was torn down because of a failure elsewhere (the scheduler's ABORT, or the scheduler gone):
+    this process only echoes it, so it exits like the nodes the heartbeat thread ends."""
+
+    exit_status = 75  # clipflow.ps.exitcodes.ABORTED (not imported: clipflow.ps imports this module)
+    label = "aborted"
 
 
 FAILURES = (ClipflowError, CommError)  # what the command line prints as one line and exits with

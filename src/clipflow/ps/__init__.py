@@ -5,7 +5,8 @@ workers, configured from the DMLC_* environment variables (see :mod:`clipflow.ps
 Modules: ``env`` (settings), ``wire`` (message codec), ``transport`` (sockets),
 ``placement`` (key -> server), ``registry``/``scheduler`` (nodes, ranks, barriers,
 liveness), ``node``/``heartbeat`` (a node's link to the scheduler), ``store``/``server``
-(key-value state and its process), ``kvstore`` (the worker API).
+(key-value state and its process), ``kvstore`` (the worker API), ``customer`` (its requests,
+tracked until answered), ``reliable`` (resend and duplicates).
 
 ``KVStore`` is imported lazily so the scheduler and servers do not load torch.
 """

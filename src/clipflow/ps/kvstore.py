@@ -14,15 +14,19 @@ servers. ``push`` returns once its data is queued; a later ``pull``/``push`` of
 the same key, ``barrier`` and ``close`` wait for it. Parts held by a server on the
 same machine travel through shared memory (:mod:`clipflow.ps.shm`); :meth:`KVStore.buffer`
 hands out that memory as the key's tensor, which saves copying into it and out of it.
+
+The KVStore turns calls into requests; :class:`clipflow.ps.customer.Customer` sends them and
+collects their replies. Misuse (a bad key, shape or argument, a key not initialised) raises
+ClipflowError before anything is sent; a failure of the servers to answer properly (an error
+reply, a broken reply, no reply in time) raises CommError.
 """
 
 from __future__ import annotations
 
 import atexit
 import sys
-import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -31,21 +35,20 @@ import numpy as np
 import torch
 import zmq
 
-from clipflow.errors import ClipflowError
+from clipflow.errors import FAILURES, ClipflowError, CommError
 from clipflow.ps.compression import TwoBitCompression
+from clipflow.ps.customer import Customer, Request, Timeout
 from clipflow.ps.env import PSConfig
 from clipflow.ps.log import Log
 from clipflow.ps.node import NodeLink, Welcome
 from clipflow.ps.optimizer import KeySet
 from clipflow.ps.optimizer import create as create_optimizer
 from clipflow.ps.placement import Part, Placement
-from clipflow.ps.reliable import ACK, Outbox
 from clipflow.ps.shm import Region, available, machine_id
 from clipflow.ps.transport import Channel, Dropper, connect, drop_seed, make_socket
 from clipflow.ps.wire import Message, Op
 
 MODES = ("dist_sync", "dist_async", "dist_sync_device", "dist_async_device")
-POLL_MS = 100
 
 TensorOrList = torch.Tensor | Sequence[torch.Tensor]
 
@@ -80,34 +83,18 @@ class KVStore:
         self._log = log
         self._placement = Placement(welcome.num_server, cfg.bigarray_bound, cfg.piece)
         self._keys: dict[int, _KeyInfo] = {}
-        self._seq = 0
-        self._replies: dict[int, Message] = {}
-        self._outbox = Outbox(welcome.num_server, cfg.resend, cfg.resend_timeout)  # requests awaiting replies
-        self._inflight: dict[int, list[int]] = {}  # key -> seqs of pushes not yet answered
         self._closed = False
         self._failed = False
         self._optimizer: dict | None = None  # set_optimizer's config; its learning rate rides in pushes
         self._optimizer_keys = KeySet(None)
         self._compression: TwoBitCompression | None = None
         self._compression_keys = KeySet(None)
-        self._servers: list[Channel] = []
-        self._by_socket: dict[zmq.Socket, tuple[int, Channel]] = {}
-        self._poller = zmq.Poller()
+        channels = _connect_servers(cfg, link, welcome, log)
+        self._customer = Customer(channels, welcome.rank, cfg.resend, cfg.resend_timeout, link.check_abort, log)
         here = machine_id() if cfg.shm and available() else ""
         # servers on this machine (same advertised host, same boot id): parts go through shared memory
         self._local = {a.rank for a in welcome.servers if here and a.machine == here and a.host == cfg.node_host}
         self._shared: dict[int, _Shared] = {}  # key -> its region, where servers on this machine hold parts
-        for addr in sorted(welcome.servers, key=lambda s: s.rank):
-            sock = make_socket(link.ctx, zmq.DEALER, f"{link.uid}/d{addr.rank}".encode(), link.keys)
-            connect(sock, addr.host, addr.port)
-            dropper = None
-            if cfg.drop_percent:
-                dropper = Dropper(cfg.drop_percent, drop_seed(cfg.drop_seed, "worker", welcome.rank * 64 + addr.rank))
-            channel = Channel(sock, log, f"server {addr.rank}", dropper)
-            self._by_socket[sock] = (len(self._servers), channel)
-            self._servers.append(channel)
-            self._poller.register(sock, zmq.POLLIN)
-            log.info(f"connected to server {addr.rank} at {addr.host}:{addr.port}")
         _live.add(self)
         _install_excepthook()
         atexit.register(self.close)
@@ -164,13 +151,9 @@ class KVStore:
                 raise ClipflowError(f"duplicate init of key {k}")
             t = _check_tensor(k, v)
             prepared.append((k, tuple(t.shape), _flat32(k, t)))
-        seqs = []
         for k, shape, flat in prepared:
-            parts = self._placement.place(k, flat.numel())
-            self._keys[k] = _KeyInfo(shape, flat.numel(), parts)
-            if self.rank == 0:
-                seqs += [self._send(p.server, Op.INIT, k, flat[p.start : p.stop], start=p.start) for p in parts]
-        self._collect(seqs)
+            self._keys[k] = _KeyInfo(shape, flat.numel(), self._placement.place(k, flat.numel()))
+        self._send_from_rank0(r for k, _, flat in prepared for r in self._stores(k, flat))
         self._attach([k for k, _, _ in prepared])
         self.barrier()
 
@@ -178,9 +161,9 @@ class KVStore:
         """Push a value (a list = one per local device, summed first). Returns once queued."""
         self._check_open()
         info = self._info(key)
-        self._settle([key])
+        self._customer.settle([key])
         flat = _flat32(key, value, info.shape, owned=not self._is_buffer(key, value))
-        self._inflight[key] = [self._send_grad(Op.PUSH, key, info, p, flat) for p in info.parts]
+        self._customer.defer(key, [self._send_grad(Op.PUSH, key, info, p, flat) for p in info.parts])
 
     def pull(self, key: int | Sequence[int], out: TensorOrList | Sequence[TensorOrList]) -> None:
         """Write the stored value of ``key`` into ``out`` (a tensor or a list of them) in place.
@@ -193,13 +176,13 @@ class KVStore:
         targets = [
             _Target(_out_list(k, o, i.shape), i.numel) for k, o, i in zip(key_list, out_list, infos, strict=True)
         ]
-        self._settle(key_list)
+        self._customer.settle(key_list)
         seqs = {
-            self._send(p.server, Op.PULL, k, start=p.start): (target, p)
+            self._customer.request(Request(p.server, Op.PULL, k, fields={"start": p.start})): (target, p)
             for k, info, target in zip(key_list, infos, targets, strict=True)
             for p in info.parts
         }
-        self._fill(seqs)
+        self._fill(Op.PULL, seqs)
 
     def pushpull(
         self,
@@ -222,12 +205,12 @@ class KVStore:
         targets = [
             _Target(_out_list(k, o, i.shape), i.numel) for k, o, i in zip(key_list, out_list, infos, strict=True)
         ]
-        self._settle(key_list)
+        self._customer.settle(key_list)
         seqs: dict[int, tuple[_Target, Part]] = {}
         for k, flat, info, target in zip(key_list, flats, infos, targets, strict=True):
             for p in info.parts:
                 seqs[self._send_grad(Op.PUSHPULL, k, info, p, flat)] = (target, p)
-        self._fill(seqs)
+        self._fill(Op.PUSHPULL, seqs)
 
     def broadcast(self, key: int, value: torch.Tensor, out: TensorOrList) -> None:
         """Rank 0's ``value`` ends up in every worker's ``out`` (initialising ``key`` if needed)."""
@@ -235,17 +218,8 @@ class KVStore:
         if key not in self._keys:
             self.init(key, value)
         else:
-            info = self._info(key)
-            flat = _flat32(key, value, info.shape)
-            self._settle([key])
-            if self.rank == 0:
-                self._collect(
-                    [
-                        self._send(p.server, Op.INIT, key, flat[p.start : p.stop], overwrite=True, start=p.start)
-                        for p in info.parts
-                    ]
-                )
-            self.barrier()
+            flat = _flat32(key, value, self._info(key).shape)
+            self._update_servers(self._stores(key, flat, overwrite=True), settle=[key])
         self.pull(key, out)
         self.barrier()  # nobody may overwrite the key again before everyone has pulled it
 
@@ -268,8 +242,8 @@ class KVStore:
     def barrier(self) -> None:
         """Wait until every worker reached a barrier (pushes in flight are answered first)."""
         self._check_open()
-        self._settle(list(self._inflight))
-        seq = self._next_seq()
+        self._customer.settle()
+        seq = self._customer.next_seq()
         request = Message(Op.BARRIER, {"group": "worker", "seq": seq})
         self._link.send(request)
         self._link.wait(Op.BARRIER_DONE, seq, request)
@@ -277,8 +251,8 @@ class KVStore:
     def server_stats(self) -> list[dict[int, int]]:
         """Per server rank: the keys it holds and how many elements of each (for tests and debugging)."""
         self._check_open()
-        seqs = [self._send(s, Op.STATS, -1) for s in range(len(self._servers))]
-        replies = self._collect(seqs)
+        seqs = [self._customer.request(r) for r in self._every_server(Op.STATS)]
+        replies = self._customer.wait(seqs)
         return [{int(k): int(n) for k, n in replies[seq]["keys"].items()} for seq in seqs]
 
     # -- optimizer on the servers (update_on_kvstore) and gradient compression ------------------
@@ -304,15 +278,7 @@ class KVStore:
             key_set = KeySet.of(keys)
         except (TypeError, ValueError) as exc:
             raise ClipflowError(f"set_optimizer: {exc}") from None
-        self._settle(list(self._inflight))
-        if self.rank == 0:
-            self._collect(
-                [
-                    self._send(s, Op.SET_OPTIMIZER, -1, optimizer=config, keys=key_set.to_wire())
-                    for s in range(self.num_servers)
-                ]
-            )
-        self.barrier()
+        self._update_servers(self._every_server(Op.SET_OPTIMIZER, optimizer=config, keys=key_set.to_wire()))
         self._optimizer = config
         self._optimizer_keys = key_set
 
@@ -354,10 +320,10 @@ class KVStore:
         self._check_open()
         if self._optimizer is None:
             raise ClipflowError("save_optimizer_states needs set_optimizer first")
-        self._settle(list(self._inflight))
+        self._customer.settle()
         optimizer = create_optimizer(**self._optimizer)
-        seqs = [self._send(s, Op.GET_STATES, -1) for s in range(self.num_servers)]
-        replies = self._collect(seqs)
+        seqs = [self._customer.request(r) for r in self._every_server(Op.GET_STATES)]
+        replies = self._customer.wait(seqs)
         held: list[dict[tuple[int, int], np.ndarray]] = []  # per server: (key, part start) -> buffer
         for server, seq in enumerate(seqs):
             msg = replies[seq]
@@ -367,7 +333,7 @@ class KVStore:
             except (TypeError, ValueError):
                 slots = None
             if msg.op != Op.OK or slots is None or len(slots) != len(msg.arrays):
-                raise ClipflowError(f"server {server} sent a bad {msg.op} reply to {Op.GET_STATES}")
+                raise CommError(f"server {server} sent a bad {msg.op} reply to {Op.GET_STATES}")
             held.append(dict(zip(slots, msg.arrays, strict=True)))
         states: dict[int, torch.Tensor] = {}
         for key, info in self._keys.items():
@@ -380,8 +346,9 @@ class KVStore:
                 if arr is None:
                     arr = np.zeros(size, dtype=np.float32)  # a part never updated has a zero state
                 elif arr.size != size:
-                    raise ClipflowError(
-                        f"server {part.server} holds {arr.size} state elements of key {key}, not {size}"
+                    raise CommError(
+                        f"server {part.server} answered {Op.GET_STATES} with {arr.size} {optimizer.name} state "
+                        f"elements of key {key} (from element {part.start}), not {size}"
                     )
                 chunks.append(arr.reshape(-1))
             flat = torch.from_numpy(np.concatenate(chunks))
@@ -400,20 +367,17 @@ class KVStore:
             sizes = [optimizer.state_size(p.size) for p in parts]
             flat = _flat32(int(k), v.reshape(-1), (sum(sizes),))
             flats[int(k)] = (parts, sizes, flat)
-        self._settle(list(self._inflight))
-        if self.rank == 0:
-            per_server: dict[int, tuple[list[list[int]], list[np.ndarray]]] = {}
-            for key, (parts, sizes, flat) in flats.items():
-                offset = 0
-                for part, size in zip(parts, sizes, strict=True):
-                    keys, arrays = per_server.setdefault(part.server, ([], []))
-                    keys.append([key, part.start])
-                    arrays.append(flat[offset : offset + size].numpy())
-                    offset += size
-            self._collect(
-                [self._send(s, Op.SET_STATES, -1, arrays, keys=keys) for s, (keys, arrays) in per_server.items()]
-            )
-        self.barrier()
+        per_server: dict[int, tuple[list[list[int]], list[np.ndarray]]] = {}
+        for key, (parts, sizes, flat) in flats.items():
+            offset = 0
+            for part, size in zip(parts, sizes, strict=True):
+                keys, arrays = per_server.setdefault(part.server, ([], []))
+                keys.append([key, part.start])
+                arrays.append(flat[offset : offset + size].numpy())
+                offset += size
+        self._update_servers(
+            Request(s, Op.SET_STATES, arrays=arrays, fields={"keys": keys}) for s, (keys, arrays) in per_server.items()
+        )
 
     def set_gradient_compression(self, params: Mapping[str, object], keys: range | Sequence[int] | None = None) -> None:
         """Compress pushes to ``keys`` (every key by default), MXNet style: ``{"type": "2bit", "threshold": 0.5}``.
@@ -435,14 +399,13 @@ class KVStore:
             return
         if not self._failed:
             try:
-                self._settle(list(self._inflight), timeout_s=self._cfg.heartbeat_timeout)
-            except ClipflowError as exc:
+                self._customer.settle(timeout=Timeout(self._cfg.heartbeat_timeout, "CLIPFLOW_HEARTBEAT_TIMEOUT"))
+            except FAILURES as exc:
                 self._log.error(f"while closing: {exc}")
             self._link.done()
         self._closed = True
         _live.discard(self)
-        for channel in self._servers:
-            channel.close()
+        self._customer.close()
         self._link.close()
         atexit.unregister(self.close)
 
@@ -477,27 +440,29 @@ class KVStore:
             raise ClipflowError(f"key {key} was not initialised: call init({key}, value) first, on every worker")
         return info
 
-    def _next_seq(self) -> int:
-        self._seq += 1
-        return self._seq
+    def _stores(self, key: int, flat: torch.Tensor, **fields: object) -> list[Request]:
+        """The INIT requests that store ``flat`` as ``key``'s value, one per part."""
+        return [
+            Request(p.server, Op.INIT, key, [flat[p.start : p.stop].numpy()], {"start": p.start, **fields})
+            for p in self._keys[key].parts
+        ]
 
-    def _send(
-        self,
-        server: int,
-        op: str,
-        key: int,
-        data: torch.Tensor | np.ndarray | list[np.ndarray] | None = None,
-        **fields: object,
-    ) -> int:
-        seq = self._next_seq()
-        if isinstance(data, list):  # several arrays (SET_STATES)
-            arrays = data
-        else:
-            arrays = [] if data is None else [data.numpy() if isinstance(data, torch.Tensor) else data]
-        msg = Message(op, {"key": key, "seq": seq, "rank": self.rank, **fields}, arrays)
-        self._outbox.add(server, msg)
-        self._servers[server].try_send(msg)  # if it cannot leave, it is lost: resent or probed (reliable.py)
-        return seq
+    def _every_server(self, op: str, **fields: object) -> list[Request]:
+        """One request ``op`` (about no key) to each server."""
+        return [Request(s, op, fields=fields) for s in range(self.num_servers)]
+
+    def _send_from_rank0(self, requests: Iterable[Request]) -> None:
+        """Rank 0 sends ``requests`` and waits for their replies; the other workers send nothing."""
+        if self.rank == 0:
+            self._customer.wait([self._customer.request(r) for r in requests])
+
+    def _update_servers(self, requests: Iterable[Request], settle: Sequence[int] | None = None) -> None:
+        """A collective change of what the servers hold for everyone (optimizer, multipliers, states, an
+        overwritten value): this worker's pushes in flight (to ``settle``'s keys, or all) are answered first,
+        rank 0 sends ``requests``, then every worker meets at a barrier, so none goes on before the change."""
+        self._customer.settle(settle)
+        self._send_from_rank0(requests)
+        self.barrier()
 
     def _send_grad(self, op: str, key: int, info: _KeyInfo, part: Part, flat: torch.Tensor) -> int:
         """Send one part of a pushed value: 2-bit compressed where asked, with the learning rate where
@@ -505,17 +470,19 @@ class KVStore:
         fields: dict[str, object] = {"sync": self._sync, "start": part.start}
         if self._optimizer is not None and key in self._optimizer_keys:
             fields["lr"] = self._optimizer["learning_rate"]
-        data: torch.Tensor | np.ndarray | None = flat[part.start : part.stop]
+        values = flat[part.start : part.stop].numpy()
+        arrays = [values]
         shared = self._shared.get(key)
         if self._compression is not None and key in self._compression_keys:
-            data, extra = self._compression.compress(key, info.numel, part.start, flat[part.start : part.stop].numpy())
+            words, extra = self._compression.compress(key, info.numel, part.start, values)
+            arrays = [words]
             fields.update(extra)
         elif shared is not None and part.start in shared.starts:
-            view, values = shared.view(part), flat[part.start : part.stop].numpy()
+            view = shared.view(part)
             if not _same_memory(view, values):  # else pushed from the key's buffer: already there
                 np.copyto(view, values)
-            data, fields["shm"], fields["size"] = None, True, part.size
-        return self._send(part.server, op, key, data, **fields)
+            arrays, fields["shm"], fields["size"] = [], True, part.size
+        return self._customer.request(Request(part.server, op, key, arrays, fields))
 
     def _is_buffer(self, key: int, value: TensorOrList) -> bool:
         shared = self._shared.get(key)
@@ -545,10 +512,11 @@ class KVStore:
                     continue
                 made.append(Region.create(f"{self._link.uid}-k{k}", info.numel))
                 self._shared[k] = _Shared(made[-1], frozenset(p.start for p in parts))
+                fields = {"name": made[-1].name, "numel": info.numel}
                 for server in sorted({p.server for p in parts}):
-                    seqs.append(self._send(server, Op.SHM_ATTACH, k, name=made[-1].name, numel=info.numel))
-            self._collect(seqs)
-        except (OSError, ClipflowError) as exc:
+                    seqs.append(self._customer.request(Request(server, Op.SHM_ATTACH, k, fields=fields)))
+            self._customer.wait(seqs)
+        except (OSError, CommError) as exc:
             self._log.error(f"shared memory with the servers on this machine failed ({exc}); using TCP instead")
             self._local.clear()
             self._shared.clear()
@@ -566,64 +534,21 @@ class KVStore:
             if isinstance(v, bool) or not isinstance(v, int | float) or not np.isfinite(v) or v < 0:
                 raise ClipflowError(f"{name} of key {k} must be a finite number >= 0, got {v!r}")
             clean[str(k)] = float(v)
-        self._settle(list(self._inflight))
-        if self.rank == 0:
-            self._collect([self._send(s, Op.SET_MULT, -1, **{name: clean}) for s in range(self.num_servers)])
-        self.barrier()
+        self._update_servers(self._every_server(Op.SET_MULT, **{name: clean}))
 
-    def _settle(self, keys: Sequence[int], timeout_s: float | None = None) -> None:
-        seqs = [s for k in keys for s in self._inflight.pop(k, [])]
-        self._collect(seqs, timeout_s)
-
-    def _collect(self, seqs: Sequence[int], timeout_s: float | None = None) -> dict[int, Message]:
-        """Wait for the replies to ``seqs``; raise ClipflowError on the first error reply."""
-        wanted = set(seqs)
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        poll_ms = max(1, min(POLL_MS, int(self._cfg.resend_timeout * 500)))
-        while not wanted.issubset(self._replies):
-            self._link.check_abort()
-            if deadline is not None and time.monotonic() > deadline:
-                raise ClipflowError(f"no answer from the servers within {timeout_s:g} s")
-            for sock, _ in self._poller.poll(poll_ms):
-                while sock.poll(0):
-                    self._receive(sock)
-            for server, msg in self._outbox.due():  # resends and probes (see clipflow.ps.reliable)
-                if msg.get("local"):
-                    self._outbox.answered(server, msg["seq"])
-                    self._replies[msg["seq"]] = msg
-                else:
-                    self._servers[server].try_send(msg)
-            errors = [self._replies[s] for s in wanted if s in self._replies and self._replies[s].op == Op.ERROR]
-            if errors:
-                self._outbox.forget(wanted - self._replies.keys())
-                for s in wanted:
-                    self._replies.pop(s, None)
-                raise ClipflowError(str(errors[0].get("reason", "server error")))
-        return {s: self._replies.pop(s) for s in seqs}
-
-    def _receive(self, sock: zmq.Socket) -> None:
-        server, channel = self._by_socket[sock]
-        got = channel.recv_ready()
-        if got is None:  # dropped on purpose (CLIPFLOW_PS_DROP_PERCENT)
-            return
-        msg = got[1]
-        seq = msg.get("seq")
-        if not isinstance(seq, int):
-            self._log.error(f"ignoring a {msg.op} from {channel.name} without a seq: {msg.get('reason', '')}")
-        elif msg.op == ACK:
-            self._outbox.acked(server, seq)
-        elif self._outbox.answered(server, seq):  # else a duplicate, or the reply to an abandoned request
-            self._replies[seq] = msg
-
-    def _fill(self, seqs: dict[int, tuple[_Target, Part]]) -> None:
-        """Collect value replies and write each part into its target, then finish the targets."""
-        replies = self._collect(list(seqs))
+    def _fill(self, op: str, seqs: dict[int, tuple[_Target, Part]]) -> None:
+        """Wait for the value replies to the requests ``op`` ``seqs`` and write each part into its target, then
+        finish the targets."""
+        replies = self._customer.wait(seqs)
         for seq, (target, part) in seqs.items():
             msg = replies[seq]
             shared = self._shared.get(msg.get("key")) if msg.get("shm") else None
             data = shared.view(part) if shared is not None else (msg.arrays[0] if len(msg.arrays) == 1 else None)
             if msg.op != Op.VALUE or data is None or data.size != part.size:
-                raise ClipflowError(f"server {part.server} sent a bad {msg.op} reply")
+                raise CommError(
+                    f"server {part.server} sent a bad {msg.op} reply to {op} (seq {seq}) of elements "
+                    f"{part.start} to {part.stop} of key {msg.get('key')}"
+                )
             target.write(part, data)
         for target in {id(t): t for t, _ in seqs.values()}.values():
             target.finish()
@@ -711,6 +636,20 @@ def _as_lists(keys: object, values: object, what: str) -> tuple[list[int], list]
     if len(key_list) != len(value_list):
         raise ClipflowError(f"got {len(key_list)} keys but {len(value_list)} {what}")
     return key_list, value_list
+
+
+def _connect_servers(cfg: PSConfig, link: NodeLink, welcome: Welcome, log: Log) -> list[Channel]:
+    """A DEALER to each server, by rank, with the fault injection CLIPFLOW_PS_DROP_PERCENT asks for."""
+    channels = []
+    for addr in sorted(welcome.servers, key=lambda s: s.rank):
+        sock = make_socket(link.ctx, zmq.DEALER, f"{link.uid}/d{addr.rank}".encode(), link.keys)
+        connect(sock, addr.host, addr.port)
+        dropper = None
+        if cfg.drop_percent:
+            dropper = Dropper(cfg.drop_percent, drop_seed(cfg.drop_seed, "worker", welcome.rank * 64 + addr.rank))
+        channels.append(Channel(sock, log, f"server {addr.rank}", dropper))
+        log.info(f"connected to server {addr.rank} at {addr.host}:{addr.port}")
+    return channels
 
 
 # -- uncaught exceptions end the whole job -------------------------------------------------------

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import zmq
 
-from clipflow.errors import ClipflowError
+from clipflow.errors import ClipflowError, JobAborted
 from clipflow.ps.env import PSConfig
 from clipflow.ps.heartbeat import Heartbeat, exit_process
 from clipflow.ps.log import Log
@@ -67,7 +67,7 @@ class Welcome:
             servers = tuple(ServerAddress(int(r), str(h), int(p), str(m)) for r, h, p, m in msg["servers"])
             return cls(int(msg["rank"]), int(msg["num_server"]), int(msg["num_worker"]), servers)
         except (TypeError, ValueError) as exc:
-            raise WireError(f"bad welcome: {exc}") from None
+            raise WireError(f"bad {Op.WELCOME} from the scheduler: {exc}") from None
 
     def to_fields(self) -> dict[str, object]:
         return {
@@ -99,7 +99,11 @@ class NodeLink:
         return f"scheduler at {self.cfg.root_uri}:{self.cfg.root_port}"
 
     def register(self, port: int | None = None) -> Welcome:
-        """Start the heartbeat, register, and wait (bounded by the startup timeout) for the welcome."""
+        """Start the heartbeat, register, and wait (bounded by the startup timeout) for the welcome.
+
+        A startup timeout is a ClipflowError: before the job runs, a missing answer most often means a
+        setting (the scheduler's address, the node counts, the security keys), which its message names.
+        """
         cfg = self.cfg
         self.heartbeat.start()
         deadline = time.monotonic() + cfg.startup_timeout
@@ -169,9 +173,9 @@ class NodeLink:
         self.ctrl.try_send(msg)
 
     def check_abort(self) -> None:
-        """Raise if the heartbeat thread decided the job is over (when on_abort did not exit)."""
+        """Raise JobAborted if the heartbeat thread decided the job is over (when on_abort did not exit)."""
         if self.heartbeat.aborted.is_set():
-            raise ClipflowError(f"aborting: {self.heartbeat.reason}")
+            raise JobAborted(self.heartbeat.reason)
 
     def fail(self, reason: str) -> None:
         """Best effort: tell the scheduler this node hit an error, so it tears the job down.
@@ -206,5 +210,5 @@ class NodeLink:
 
     def _unexpected(self, msg: Message) -> None:
         if msg.op == Op.ABORT:
-            raise ClipflowError(f"aborting: {msg.get('reason', 'the scheduler aborted the job')}")
+            raise JobAborted(str(msg.get("reason", "the scheduler aborted the job")))
         self.log.info(f"ignoring unexpected {msg.op} from the scheduler")

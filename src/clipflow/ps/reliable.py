@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from clipflow.ps.wire import Message, Op
@@ -83,12 +83,12 @@ class Dedup:
             self.duplicates += msg.op != PROBE
             reply = state.answered[seq]
             if reply is None:
-                what = _what(msg)
+                what = describe_request(msg)
                 reason = f"{self.who} answered {what} but the reply was lost; {RESEND_HINT}"
                 return False, [Message(Op.ERROR, {"seq": seq, "reason": reason})]
             return False, [reply]
         if msg.op == PROBE:
-            reason = f"{self.who} never received {_what(msg)}: it was lost; {RESEND_HINT}"
+            reason = f"{self.who} never received {describe_request(msg)}: it was lost; {RESEND_HINT}"
             return False, [Message(Op.ERROR, {"seq": seq, "reason": reason})]
         state.pending.add(seq)
         return True, [Message(ACK, {"seq": seq})] if self.resend else []
@@ -107,7 +107,8 @@ class Dedup:
             state.answered.popitem(last=False)
 
 
-def _what(msg: Message) -> str:
+def describe_request(msg: Message) -> str:
+    """``push of key 3 (seq 12) from worker 0``: a request (or a probe of one) for error messages."""
     op = msg.get("of", msg.op)
     return f"{op} of key {msg.get('key')} (seq {msg.get('seq')}) from worker {msg.get('rank', '?')}"
 
@@ -153,6 +154,10 @@ class Outbox:
             for seq in seqs & waiting.keys():
                 del waiting[seq]
 
+    def pending(self, seqs: Iterable[int]) -> list[tuple[int, Message]]:
+        """(server, request header) of each of ``seqs`` still waiting for its reply, in the order given."""
+        return [(server, w[seq].msg) for seq in seqs for server, w in enumerate(self.waiting) if seq in w]
+
     def due(self) -> list[tuple[int, Message]]:
         """Messages to send now: resends of unacknowledged requests, or probes."""
         now = self.clock()
@@ -168,8 +173,8 @@ class Outbox:
                 if self.resend and not sent.acked:
                     if sent.tries >= RESEND_LIMIT:
                         reason = (
-                            f"server {server} did not acknowledge {_what(sent.msg)} after {sent.tries} sends "
-                            f"{self.timeout_s * 1000:g} ms apart (PS_RESEND_TIMEOUT)"
+                            f"server {server} did not acknowledge {describe_request(sent.msg)} after {sent.tries} "
+                            f"sends {self.timeout_s * 1000:g} ms apart (PS_RESEND_TIMEOUT)"
                         )
                         out.append((server, Message(Op.ERROR, {"seq": seq, "reason": reason, "local": True})))
                         continue

@@ -193,7 +193,9 @@ class Scheduler:
             self.registry.group(group)
         except RegistryError as exc:
             raise _Abort(f"{node.describe()}: {exc}") from None
-        seq = int(msg.get("seq", 0))
+        seq = msg.get("seq", 0)
+        if not isinstance(seq, int) or isinstance(seq, bool):  # out of protocol: end the job naming the node
+            raise _Abort(f"{node.describe()} sent a {Op.BARRIER} with a bad seq {seq!r}")
         if self.released.get(node.uid) == (group, seq):  # a repeat (PS_RESEND=1) whose answer was lost
             self.channel.try_send(Message(Op.BARRIER_DONE, {"group": group, "seq": seq}), ctrl_identity(node.uid))
             return

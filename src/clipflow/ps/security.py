@@ -92,7 +92,7 @@ def apply(sock: zmq.Socket, keys: Keys | None) -> None:
     """Make ``sock`` a CURVE server (ROUTER) or client (DEALER); nothing when ``keys`` is None."""
     if keys is None:
         return
-    if sock.socket_type == zmq.ROUTER:
+    if sock.type == zmq.ROUTER:
         sock.curve_secretkey = keys.server_secret
         sock.curve_publickey = keys.server_public
         sock.curve_server = True

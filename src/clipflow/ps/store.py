@@ -7,7 +7,7 @@ completes), so it can be tested and reused directly.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -80,7 +80,11 @@ class Slot(NamedTuple):
 
 
 class KeyValueStore:
-    """Float32 1-D values by :class:`Slot`; sums pushes, one round per slot at a time in dist_sync."""
+    """Float32 1-D values by :class:`Slot`; sums pushes, one round per slot at a time in dist_sync.
+
+    Each operation has its own handler, found by the request's ``op`` in one table; a handler refuses a
+    request by raising WireError, which :meth:`handle` turns into the ERROR reply.
+    """
 
     def __init__(self, server_rank: int, num_worker: int, updater: Updater | None = None) -> None:
         self.server_rank = server_rank
@@ -89,25 +93,25 @@ class KeyValueStore:
         self.values: dict[Slot, np.ndarray] = {}
         self.rounds: dict[Slot, _Round] = {}
         self.optimizer: OptimizerUpdater | None = None
+        self._handlers: dict[str, Callable[[bytes, Message], list[Reply]]] = {
+            Op.STATS: self._stats,
+            Op.INIT: self._init,
+            Op.PULL: self._pull,
+            Op.PUSH: self._push,
+            Op.PUSHPULL: self._push,
+            Op.SET_OPTIMIZER: self._set_optimizer,
+            Op.SET_MULT: self._set_mult,
+            Op.GET_STATES: self._get_states,
+            Op.SET_STATES: self._set_states,
+        }
 
     def handle(self, peer: bytes, msg: Message) -> list[Reply]:
         """Apply one request from ``peer``; return (peer, reply) pairs to send now."""
         try:
-            if msg.op == Op.STATS:
-                keys: dict[str, int] = {}
-                for slot, v in self.values.items():
-                    keys[str(slot.key)] = keys.get(str(slot.key), 0) + int(v.size)
-                return [(peer, Message(Op.STATS, {"seq": msg.get("seq"), "rank": self.server_rank, "keys": keys}))]
-            if msg.op in (Op.SET_OPTIMIZER, Op.SET_MULT, Op.GET_STATES, Op.SET_STATES):
-                return [(peer, self._optimizer_op(msg))]
-            key = self._key(msg)
-            if msg.op == Op.INIT:
-                return [(peer, self._init(key, msg))]
-            if msg.op == Op.PULL:
-                return [(peer, self._value(key, msg))]
-            if msg.op in (Op.PUSH, Op.PUSHPULL):
-                return self._push(key, peer, msg)
-            raise WireError(msg.get("reason") or f"unknown operation {msg.op!r}")
+            handler = self._handlers.get(msg.op)
+            if handler is None:  # an unknown op, or a message the transport could not decode (its reason says why)
+                raise WireError(msg.get("reason") or f"unknown operation {msg.op!r}")
+            return handler(peer, msg)
         except WireError as exc:
             return [(peer, self.error(msg, exc))]
 
@@ -115,65 +119,32 @@ class KeyValueStore:
         """The ERROR reply to a request this server refuses."""
         return Message(Op.ERROR, {"seq": msg.get("seq"), "reason": f"server {self.server_rank}: {exc}"})
 
-    def _key(self, msg: Message) -> Slot:
-        key, start = msg.get("key"), msg.get("start", 0)
-        if not isinstance(key, int) or isinstance(key, bool):
-            raise WireError(f"{msg.op} needs an integer key, got {key!r}")
-        if not isinstance(start, int) or isinstance(start, bool) or start < 0:
-            raise WireError(f"{msg.op} of key {key} needs a start >= 0, got {start!r}")
-        return Slot(key, start)
+    # -- the handlers, one per operation --------------------------------------------------------
 
-    def _array(self, key: Slot, msg: Message) -> np.ndarray:
-        if len(msg.arrays) != 1 or msg.arrays[0].dtype != np.float32:
-            raise WireError(f"{msg.op} of key {key} needs exactly one float32 array")
-        return msg.arrays[0].reshape(-1)
+    def _stats(self, peer: bytes, msg: Message) -> list[Reply]:
+        """The elements held per key (a split key's pieces added up)."""
+        keys: dict[str, int] = {}
+        for slot, v in self.values.items():
+            keys[str(slot.key)] = keys.get(str(slot.key), 0) + int(v.size)
+        return [(peer, Message(Op.STATS, {"seq": msg.get("seq"), "rank": self.server_rank, "keys": keys}))]
 
-    def _stored(self, key: Slot, msg: Message) -> np.ndarray:
-        stored = self.values.get(key)
-        if stored is None:
-            raise WireError(
-                f"{msg.op}: key {key} is not initialised on this server "
-                "(call init first; every worker must init the same keys in the same order)"
-            )
-        return stored
-
-    def _init(self, key: Slot, msg: Message) -> Message:
+    def _init(self, peer: bytes, msg: Message) -> list[Reply]:
+        """Store the value unless the slot has one already (the first init wins) or ``overwrite`` is set."""
+        key = self._key(msg)
         value = self._array(key, msg)
         if key not in self.values or msg.get("overwrite"):
             if key in self.rounds:
                 raise WireError(f"cannot overwrite key {key} while a push round is in progress")
             self.values[key] = np.array(value, dtype=np.float32, copy=True)
-        return Message(Op.OK, {"seq": msg.get("seq"), **key.fields()})
+        return [(peer, _ok(msg, **key.fields()))]
 
-    def _value(self, key: Slot, msg: Message) -> Message:
-        return Message(Op.VALUE, {"seq": msg.get("seq"), **key.fields()}, [self._stored(key, msg)])
+    def _pull(self, peer: bytes, msg: Message) -> list[Reply]:
+        return [(peer, self._value(self._key(msg), msg))]
 
-    def _gradient(self, key: Slot, msg: Message, size: int) -> np.ndarray:
-        """The pushed float32 values (dequantized if the push is compressed); may be a read-only view."""
-        if msg.get("compression") is None:
-            value = self._array(key, msg)
-            if value.size != size:
-                raise WireError(f"{msg.op} of key {key} has {value.size} elements, the stored value {size}")
-            return value
-        if len(msg.arrays) != 1:
-            raise WireError(f"compressed {msg.op} of key {key} needs exactly one array")
-        try:
-            return decompress(msg.fields, msg.arrays[0], size)
-        except ValueError as exc:
-            raise WireError(f"{msg.op} of key {key}: {exc}") from None
-
-    def _update(self, slot: Slot, merged: np.ndarray, stored: np.ndarray, lr: Any) -> np.ndarray:
-        key = slot.key
-        if self.optimizer is not None and key in self.optimizer.keys:
-            if lr is not None and (isinstance(lr, bool) or not isinstance(lr, int | float)):
-                raise WireError(f"push of key {key} carries a bad learning rate {lr!r}")
-            try:
-                return self.optimizer(key, merged, stored, lr, state=slot)
-            except ValueError as exc:
-                raise WireError(str(exc)) from None
-        return self.updater(key, merged, stored)
-
-    def _push(self, key: Slot, peer: bytes, msg: Message) -> list[Reply]:
+    def _push(self, peer: bytes, msg: Message) -> list[Reply]:
+        """PUSH and PUSHPULL: dist_async applies it at once; dist_sync adds it to the slot's round and answers
+        every worker of the round once the last one pushed."""
+        key = self._key(msg)
         stored = self._stored(key, msg)
         value = self._gradient(key, msg, stored.size)
         rank = msg.get("rank")
@@ -205,38 +176,44 @@ class KeyValueStore:
         self.values[key] = self._update(key, round_.merged, stored, round_.lrs[min(round_.lrs)])
         return [(p, self._reply(key, m)) for p, m in round_.waiting]
 
-    def _optimizer_op(self, msg: Message) -> Message:
-        """SET_OPTIMIZER, SET_MULT, GET_STATES and SET_STATES; the reply is an OK (with states for GET)."""
-        seq = msg.get("seq")
-        if msg.op == Op.SET_OPTIMIZER:
-            try:
-                optimizer = Optimizer.from_config(msg["optimizer"])
-                keys = KeySet.from_wire(msg.get("keys"))
-            except (TypeError, ValueError) as exc:
-                raise WireError(f"bad optimizer: {exc}") from None
-            if self.optimizer is None:
-                self.optimizer = OptimizerUpdater(optimizer, keys)
-            else:  # a new configuration keeps the optimizer's states and multipliers
-                try:
-                    self.optimizer.optimizer.reconfigure(optimizer)
-                except ValueError as exc:
-                    raise WireError(str(exc)) from None
-                self.optimizer.keys = keys
-            return Message(Op.OK, {"seq": seq})
+    def _set_optimizer(self, peer: bytes, msg: Message) -> list[Reply]:
+        """Run an optimizer on pushes to the keys given; a new configuration keeps the states and multipliers."""
+        try:
+            optimizer = Optimizer.from_config(msg["optimizer"])
+            keys = KeySet.from_wire(msg.get("keys"))
+        except (TypeError, ValueError) as exc:
+            raise WireError(f"bad optimizer: {exc}") from None
         if self.optimizer is None:
-            raise WireError(f"{msg.op} before set_optimizer")
-        opt = self.optimizer.optimizer
-        if msg.op == Op.SET_MULT:
+            self.optimizer = OptimizerUpdater(optimizer, keys)
+        else:
             try:
-                opt.set_wd_mult({int(k): v for k, v in (msg.get("wd_mult") or {}).items()})
-                opt.set_lr_mult({int(k): v for k, v in (msg.get("lr_mult") or {}).items()})
-            except (AttributeError, TypeError, ValueError) as exc:
-                raise WireError(f"bad multipliers: {exc}") from None
-            return Message(Op.OK, {"seq": seq})
-        if msg.op == Op.GET_STATES:  # keys are [key, start] pairs: a split key has a buffer per piece
-            states = opt.get_states()
-            slots = sorted(states)
-            return Message(Op.OK, {"seq": seq, "keys": [list(k) for k in slots]}, [states[k] for k in slots])
+                self.optimizer.optimizer.reconfigure(optimizer)
+            except ValueError as exc:
+                raise WireError(str(exc)) from None
+            self.optimizer.keys = keys
+        return [(peer, _ok(msg))]
+
+    def _set_mult(self, peer: bytes, msg: Message) -> list[Reply]:
+        """Per-key weight decay (``wd_mult``) and learning rate (``lr_mult``) multipliers."""
+        opt = self._optimizer(msg)
+        try:
+            opt.set_wd_mult({int(k): v for k, v in (msg.get("wd_mult") or {}).items()})
+            opt.set_lr_mult({int(k): v for k, v in (msg.get("lr_mult") or {}).items()})
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise WireError(f"bad multipliers: {exc}") from None
+        return [(peer, _ok(msg))]
+
+    def _get_states(self, peer: bytes, msg: Message) -> list[Reply]:
+        """The optimizer's states: ``keys`` lists [key, start] pairs (a split key has a buffer per piece),
+        one array each."""
+        states = self._optimizer(msg).get_states()
+        slots = sorted(states)
+        reply = Message(Op.OK, {"seq": msg.get("seq"), "keys": [list(k) for k in slots]}, [states[k] for k in slots])
+        return [(peer, reply)]
+
+    def _set_states(self, peer: bytes, msg: Message) -> list[Reply]:
+        """Replace the optimizer's states of the [key, start] pairs in ``keys`` with the arrays, one each."""
+        opt = self._optimizer(msg)
         keys = msg.get("keys")
         try:
             slots = [Slot(*pair) for pair in keys]  # type: ignore[union-attr]
@@ -256,9 +233,71 @@ class KeyValueStore:
                     f"got {arr.dtype} {arr.shape}"
                 )
         opt.set_states(dict(zip(slots, msg.arrays, strict=True)))
-        return Message(Op.OK, {"seq": seq})
+        return [(peer, _ok(msg))]
+
+    # -- what the handlers share ------------------------------------------------------------------
+
+    def _key(self, msg: Message) -> Slot:
+        key, start = msg.get("key"), msg.get("start", 0)
+        if not isinstance(key, int) or isinstance(key, bool):
+            raise WireError(f"{msg.op} needs an integer key, got {key!r}")
+        if not isinstance(start, int) or isinstance(start, bool) or start < 0:
+            raise WireError(f"{msg.op} of key {key} needs a start >= 0, got {start!r}")
+        return Slot(key, start)
+
+    def _array(self, key: Slot, msg: Message) -> np.ndarray:
+        if len(msg.arrays) != 1 or msg.arrays[0].dtype != np.float32:
+            raise WireError(f"{msg.op} of key {key} needs exactly one float32 array")
+        return msg.arrays[0].reshape(-1)
+
+    def _stored(self, key: Slot, msg: Message) -> np.ndarray:
+        stored = self.values.get(key)
+        if stored is None:
+            raise WireError(
+                f"{msg.op}: key {key} is not initialised on this server "
+                "(call init first; every worker must init the same keys in the same order)"
+            )
+        return stored
+
+    def _optimizer(self, msg: Message) -> Optimizer:
+        if self.optimizer is None:
+            raise WireError(f"{msg.op} before set_optimizer")
+        return self.optimizer.optimizer
+
+    def _value(self, key: Slot, msg: Message) -> Message:
+        return Message(Op.VALUE, {"seq": msg.get("seq"), **key.fields()}, [self._stored(key, msg)])
+
+    def _gradient(self, key: Slot, msg: Message, size: int) -> np.ndarray:
+        """The pushed float32 values (dequantized if the push is compressed); may be a read-only view."""
+        if msg.get("compression") is None:
+            value = self._array(key, msg)
+            if value.size != size:
+                raise WireError(f"{msg.op} of key {key} has {value.size} elements, the stored value {size}")
+            return value
+        if len(msg.arrays) != 1:
+            raise WireError(f"compressed {msg.op} of key {key} needs exactly one array")
+        try:
+            return decompress(msg.fields, msg.arrays[0], size)
+        except ValueError as exc:
+            raise WireError(f"{msg.op} of key {key}: {exc}") from None
+
+    def _update(self, slot: Slot, merged: np.ndarray, stored: np.ndarray, lr: Any) -> np.ndarray:
+        key = slot.key
+        if self.optimizer is not None and key in self.optimizer.keys:
+            if lr is not None and (isinstance(lr, bool) or not isinstance(lr, int | float)):
+                raise WireError(f"push of key {key} carries a bad learning rate {lr!r}")
+            try:
+                return self.optimizer(key, merged, stored, lr, state=slot)
+            except ValueError as exc:
+                raise WireError(str(exc)) from None
+        return self.updater(key, merged, stored)
 
     def _reply(self, key: Slot, msg: Message) -> Message:
         if msg.op == Op.PUSHPULL:
             return self._value(key, msg)
-        return Message(Op.OK, {"seq": msg.get("seq"), **key.fields()})
+        return _ok(msg, **key.fields())
+
+
+def _ok(msg: Message, **fields: object) -> Message:
+    """The OK reply to ``msg`` (its seq, and ``fields``)."""
+    return Message(Op.OK, {"seq": msg.get("seq"), **fields})

@@ -154,7 +154,7 @@ class Channel:
         self.sock = sock
         self.log = log
         self.name = name
-        self.is_router = sock.socket_type == zmq.ROUTER
+        self.is_router = sock.type == zmq.ROUTER
         self.dropper = dropper
 
     def send(self, msg: Message, peer: bytes | None = None) -> None:

@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 import zmq
 
+from clipflow.errors import CommError
+
 # dtypes a peer may declare; anything else is refused rather than interpreted.
 WIRE_DTYPES = frozenset({"float32", "float64", "float16", "int32", "int64", "uint8", "uint32"})  # uint32: 2-bit words
 MAX_HEADER_BYTES = 1 << 20
@@ -55,8 +57,10 @@ class Op:
     SHM_ATTACH = "shm_attach"
 
 
-class WireError(ValueError):
-    """A frame sequence that is not a valid clipflow message."""
+class WireError(CommError, ValueError):
+    """A message that is broken or out of protocol: frames that do not decode, a field missing or of the
+    wrong kind, a request a server refuses. A :class:`~clipflow.errors.CommError`; still a ValueError,
+    so code that validates a message's fields with ``except (TypeError, ValueError)`` keeps catching it."""
 
 
 @dataclass
