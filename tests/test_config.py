@@ -99,3 +99,16 @@ def test_snakemake_lint_is_clean(repo):
     )
     assert done.returncode == 0
     assert "Lints for" not in done.stdout + done.stderr, done.stdout + done.stderr
+
+
+def test_the_embedded_config_restates_no_default_the_schema_does_not_own(repo):
+    """config.yaml names the embedded default's choices; each of them is its schema's default, so the schema
+    stays the one place a default lives (and a changed default cannot leave config.yaml saying another)."""
+    import yaml
+
+    from clipflow.schemas import validate
+
+    embedded = yaml.safe_load((repo / "config.yaml").read_text())
+    assert validate(embedded, "config.schema.yaml", "config.yaml") == validate({}, "config.schema.yaml", "defaults")
+    for section in ("cluster", "train"):
+        assert "root_port" not in embedded[section] and "heartbeat_timeout" not in embedded[section]

@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from clipflow.checksums import parse_checksum, sha256_of
+from clipflow.environment import ClipflowEnv
 from clipflow.errors import ClipflowError
 from clipflow.train.checkpoint import CheckpointStore, atomic_save
-from clipflow.train.faults import FaultInjector, parse
+from clipflow.train.faults import FaultInjector
 from clipflow.train.schedule import Schedule, scaled_lr
 
 
@@ -82,6 +83,9 @@ def test_pruned_checkpoints_take_their_checksums_along(tmp_path):
 
 
 def test_fault_setting():
+    def parse(value: str):
+        return ClipflowEnv.from_env({"CLIPFLOW_FAULT_KILL": value}).fault_kill
+
     assert parse("1:2") == (1, 2, 0) and parse("0:3:5") == (0, 3, 5) and parse("") is None
     with pytest.raises(ClipflowError, match="CLIPFLOW_FAULT_KILL"):
         parse("worker1")

@@ -111,7 +111,13 @@ def test_rerun_resumes_from_the_epoch_1_checkpoint(workdir):
     assert metrics["num_videos"] == 16 and 0.0 <= metrics["top1"] <= metrics["top5"] <= 1.0
     # the test protocol (10 clips x 3 crops by default) on both workers of the ps plan, the servers left out
     assert metrics["workers"] == 2 and metrics["num_views"] == 30 and len(metrics["confusion"]) == 8
-    assert sorted(p.name for p in (workdir / "logs/tiny/evaluate").iterdir()) == ["worker-0.log", "worker-1.log"]
+    evaluation = workdir / "logs/tiny/evaluate"  # the workers' logs, and the job they started from
+    assert sorted(p.name for p in evaluation.iterdir()) == ["job.json", "worker-0.log", "worker-1.log"]
+    assert json.loads((evaluation / "job.json").read_text())["out"] == str(workdir / "results/tiny/metrics.json")
+    train_job = json.loads((workdir / "results/tiny/checkpoints/job.json").read_text())
+    assert (train_job["backend"], train_job["plan"]["num_workers"], train_job["recipe"]["train"]["epochs"]) == (
+        "ps", 2, 3,
+    )  # fmt: skip
     report = (workdir / "results/tiny/report/report.html").read_text()
     assert "top-1" in report and "curves.png" in report
     assert (workdir / "results/tiny/report/curves.png").stat().st_size > 10_000

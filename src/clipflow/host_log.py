@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import IO
 
 from clipflow.checksums import checksum_path, record_checksum
+from clipflow.environment import NAMES, read_env
 
-ENV = "CLIPFLOW_HOST_LOG"
+ENV = NAMES["host_log"]
 FOLDER = "on-host"  # beside the launcher's logs of a run: <log-dir>/on-host/<role>-<rank>.log
 
 
@@ -62,16 +63,16 @@ class _Tee:
 
 def start_from_env(environ: MutableMapping[str, str] = os.environ) -> Path | None:
     """Tees stdout and stderr into ``$CLIPFLOW_HOST_LOG`` until exit; returns its path (None when unset)."""
-    raw = environ.pop(ENV, "").strip()  # this process's alone: a clipflow process it starts keeps no copy of it
-    if not raw:
+    path = read_env(environ).host_log
+    environ.pop(ENV, None)  # this process's alone: a clipflow process it starts keeps no copy of it
+    if path is None:
         return None
-    path = Path(raw)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         checksum_path(path).unlink(missing_ok=True)  # an earlier run's: a killed process must leave none
         log = open(path, "w", encoding="utf-8", errors="replace")  # noqa: SIM115 (closed at exit)
     except OSError as exc:
-        print(f"clipflow: warning: cannot keep this process's log in {ENV}={raw} ({exc})", file=sys.stderr)
+        print(f"clipflow: warning: cannot keep this process's log in {ENV}={path} ({exc})", file=sys.stderr)
         return None
     lock = threading.Lock()
     streams = sys.stdout, sys.stderr

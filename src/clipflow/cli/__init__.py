@@ -27,11 +27,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from clipflow.environment import read_env
     from clipflow.host_log import start_from_env
 
-    start_from_env()  # a role started by the launcher keeps its own log on its host
     args = build_parser().parse_args(argv)
     try:
+        read_env()  # every CLIPFLOW_* setting checked once, before any work
+        start_from_env()  # a role started by the launcher keeps its own log on its host
         return args.func(args)
     except FAILURES as exc:
         print(f"clipflow: {exc.label}: {exc}", file=sys.stderr, flush=True)

@@ -20,8 +20,9 @@ from pathlib import Path
 from clipflow.cluster.hostsfile import Host, hosts_from_config, parse_host, read_hosts_file
 from clipflow.cluster.ports import port_free
 from clipflow.cluster.ssh import SshSettings
+from clipflow.environment import SECURITY_MODES
 from clipflow.errors import ClipflowError
-from clipflow.ps.env import SECURITY_MODES, is_loopback
+from clipflow.ps.env import is_loopback
 from clipflow.ps.security import make_keys
 
 LOCAL_NAMES = {"localhost", "127.0.0.1", "::1"}

@@ -27,7 +27,6 @@ values (which may hold secrets) travel inside the stream, never on a command lin
 from __future__ import annotations
 
 import json
-import math
 import os
 import queue
 import signal
@@ -38,11 +37,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from clipflow.environment import read_env
 from clipflow.errors import ClipflowError
 
 MAX_LINE_BYTES = 1 << 20
-GRACE_ENV = "CLIPFLOW_REMOTE_GRACE_S"
-DEFAULT_GRACE_S = 10.0
 KILL_WAIT_S = 5.0
 EVENT_POLL_S = 1.0
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -201,16 +199,10 @@ def watch_for_eof(fd: int, events: queue.SimpleQueue[tuple[str, int]]) -> None:
 
 
 def grace_seconds(environ: Mapping[str, str]) -> float:
-    raw = environ.get(GRACE_ENV, "").strip()
-    if not raw:
-        return DEFAULT_GRACE_S
     try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
-        raise RemoteExecError(f"{GRACE_ENV}={raw!r} must be a number of seconds >= 0")
-    return value
+        return read_env(environ).remote_grace_s
+    except ClipflowError as exc:
+        raise RemoteExecError(str(exc)) from None
 
 
 def child_environment(env: Mapping[str, str]) -> dict[str, str]:

@@ -32,13 +32,13 @@ Batches: clips are stacked in their memory order (stack_in_memory_order), uint8.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Sized
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 
+from clipflow.environment import read_env
 from clipflow.errors import ClipflowError
 
 
@@ -126,7 +126,7 @@ def init_worker(worker_id: int) -> None:
     (CLIPFLOW_PS_MALLOC_TUNE=0 turns it off here too).
     """
     torch.set_num_threads(1)
-    if os.environ.get("CLIPFLOW_PS_MALLOC_TUNE", "1") != "0":
+    if read_env().ps_malloc_tune:
         from clipflow.ps.transport import tune_malloc
 
         tune_malloc()

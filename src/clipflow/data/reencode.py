@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -26,6 +25,7 @@ import av
 from av.video.frame import PictureType
 from tqdm import tqdm
 
+from clipflow.environment import read_env
 from clipflow.errors import ClipflowError
 from clipflow.files import append_record, journal_lines, require_nonempty_file, write_text_atomic
 from clipflow.values import is_int, is_number
@@ -348,7 +348,7 @@ def _run_jobs(
 ) -> None:
     """Runs the jobs in parallel processes, filling results[index] and appending each success to the journal
     as it finishes, so a killed run keeps what it completed."""
-    disable = os.environ.get("CLIPFLOW_NO_PROGRESS") == "1"
+    disable = read_env().no_progress
     with (
         ProcessPoolExecutor(max_workers=max(1, workers)) as pool,
         open(dst_root / JOURNAL, "a", encoding="utf-8") as log,

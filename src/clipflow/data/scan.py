@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
@@ -20,6 +19,7 @@ from typing import IO
 from tqdm import tqdm
 
 from clipflow.data.listfile import VideoEntry, write_list
+from clipflow.environment import read_env
 from clipflow.errors import ClipflowError
 from clipflow.files import append_record, journal_lines, require_nonempty_file, write_text_atomic
 
@@ -156,7 +156,7 @@ def scan(
             results[i] = ScanResult(e.path, e.label, e.line, **measured, from_journal=True)
         else:
             todo.append((i, e, stamp))
-    disable = os.environ.get("CLIPFLOW_NO_PROGRESS") == "1"
+    disable = read_env().no_progress
     with _open_journal(journal) as log, ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
         pending = {pool.submit(_probe_entry, e, str(root)): (i, stamp) for i, e, stamp in todo}
         for future in tqdm(

@@ -8,7 +8,6 @@ single frame tells the class.
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ import av
 import numpy as np
 from tqdm import tqdm
 
+from clipflow.environment import read_env
 from clipflow.errors import ClipflowError
 
 DIRECTIONS = {"right": (1, 0), "left": (-1, 0), "down": (0, 1), "up": (0, -1)}
@@ -126,7 +126,7 @@ def generate(out_dir: str | Path, spec: SyntheticSpec, workers: int = 1) -> dict
                 pool.map(_make_one, jobs, chunksize=8),
                 total=len(jobs),
                 desc="synthetic videos",
-                disable=os.environ.get("CLIPFLOW_NO_PROGRESS") == "1",
+                disable=read_env().no_progress,
             )
         )
     return lists

@@ -1,6 +1,5 @@
-"""Parameter-server settings, read from the environment variables MXNet/ps-lite users know.
-
-Besides the DMLC_*/PS_*/MXNET_* variables of ps-lite and MXNet:
+"""Parameter-server settings, read from the environment variables MXNet/ps-lite users know (DMLC_*, PS_*,
+MXNET_*) and from clipflow's own (CLIPFLOW_*, read by :mod:`clipflow.environment`), which mean:
 
 Security (see :mod:`clipflow.ps.security`)
     ``CLIPFLOW_PS_SECURITY`` = ``curve`` | ``none`` | ``auto`` (default ``auto``: ``curve``
@@ -36,11 +35,19 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from clipflow.environment import (
+    DEFAULT_PIECE,
+    ClipflowEnv,
+    float_var,
+    int_var,
+    optional_var,
+    read_env,
+    required_var,
+)
 from clipflow.errors import ClipflowError
 
 ROLES = ("scheduler", "server", "worker")
 DEFAULT_BIGARRAY_BOUND = 1_000_000
-DEFAULT_PIECE = 8_000_000  # elements: 32 MB pieces (measured in bench/ps_throughput.py)
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 
 
@@ -92,35 +99,13 @@ class PSConfig:
             default=DEFAULT_BIGARRAY_BOUND,
         )
         rank = _rank(env, role, num_server, num_worker)
-        interval = float_var(env, "CLIPFLOW_HEARTBEAT_INTERVAL", "seconds between heartbeats, a number > 0", 1.0)
-        timeout = float_var(
-            env, "CLIPFLOW_HEARTBEAT_TIMEOUT", "seconds of silence before a node is dead, a number > 0", 30.0
-        )
-        if timeout <= interval:
-            raise ClipflowError(
-                f"CLIPFLOW_HEARTBEAT_TIMEOUT ({timeout:g} s) must be larger than "
-                f"CLIPFLOW_HEARTBEAT_INTERVAL ({interval:g} s)"
-            )
-        startup = float_var(
-            env, "CLIPFLOW_STARTUP_TIMEOUT", "seconds to wait for all nodes to register, a number > 0", 120.0
-        )
+        clipflow = read_env(env)
         node_host = optional_var(env, "DMLC_NODE_HOST") or default_node_host(root_uri)
-        security, keys_dir = _security(env, root_uri)
+        security, keys_dir = _security(clipflow, root_uri)
         resend = int_var(env, "PS_RESEND", "0 (off) or 1 (resend unanswered requests)", low=0, high=1, default=0)
         resend_ms = float_var(
             env, "PS_RESEND_TIMEOUT", "milliseconds before an unanswered request is resent, a number > 0", 1000.0
         )
-        drop = float_var(
-            env, "CLIPFLOW_PS_DROP_PERCENT", "the percentage of data messages to drop, a number 0-100", 0.0, zero=True
-        )
-        if drop > 100:
-            raise ClipflowError(f"CLIPFLOW_PS_DROP_PERCENT must be a number 0-100; got {drop:g}")
-        drop_seed = optional_var(env, "CLIPFLOW_PS_DROP_SEED")
-        malloc_tune = int_var(env, "CLIPFLOW_PS_MALLOC_TUNE", "1 (tune glibc malloc for large messages) or 0", 0, 1, 1)
-        shm = int_var(env, "CLIPFLOW_PS_SHM", "1 (shared memory between nodes on one machine) or 0", 0, 1, 1)
-        shm_min = int_var(env, "CLIPFLOW_PS_SHM_MIN_BYTES", "a number of bytes, an integer >= 0", low=0, default=65536)
-        piece = int_var(env, "CLIPFLOW_PS_PIECE", "elements per piece of a split key, an integer >= 0 (0: off)", 0,
-                     default=DEFAULT_PIECE)  # fmt: skip
         return cls(
             role=role,
             root_uri=root_uri,
@@ -132,19 +117,19 @@ class PSConfig:
             verbose=verbose,
             bigarray_bound=bound,
             rank=rank,
-            heartbeat_interval=interval,
-            heartbeat_timeout=timeout,
-            startup_timeout=startup,
+            heartbeat_interval=clipflow.heartbeat_interval,
+            heartbeat_timeout=clipflow.heartbeat_timeout,
+            startup_timeout=clipflow.startup_timeout,
             security=security,
             keys_dir=keys_dir,
             resend=bool(resend),
             resend_timeout=resend_ms / 1000.0,
-            drop_percent=drop,
-            drop_seed=None if drop_seed is None else int_var(env, "CLIPFLOW_PS_DROP_SEED", "an integer"),
-            malloc_tune=bool(malloc_tune),
-            shm=bool(shm),
-            shm_min_bytes=shm_min,
-            piece=piece,
+            drop_percent=clipflow.ps_drop_percent,
+            drop_seed=clipflow.ps_drop_seed,
+            malloc_tune=clipflow.ps_malloc_tune,
+            shm=clipflow.ps_shm,
+            shm_min_bytes=clipflow.ps_shm_min_bytes,
+            piece=clipflow.ps_piece,
         )
 
 
@@ -171,53 +156,6 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def optional_var(env: Mapping[str, str], name: str) -> str | None:
-    value = env.get(name, "").strip()
-    return value or None
-
-
-def required_var(env: Mapping[str, str], name: str, what: str) -> str:
-    value = optional_var(env, name)
-    if value is None:
-        raise ClipflowError(f"{name} is not set: it must be {what}")
-    return value
-
-
-def int_var(
-    env: Mapping[str, str],
-    name: str,
-    what: str,
-    low: int | None = None,
-    high: int | None = None,
-    default: int | None = None,
-) -> int:
-    raw = optional_var(env, name)
-    if raw is None:
-        if default is None:
-            raise ClipflowError(f"{name} is not set: it must be {what}")
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ClipflowError(f"{name} must be {what}; got {raw!r}") from None
-    if (low is not None and value < low) or (high is not None and value > high):
-        raise ClipflowError(f"{name} must be {what}; got {raw!r}")
-    return value
-
-
-def float_var(env: Mapping[str, str], name: str, what: str, default: float, zero: bool = False) -> float:
-    raw = optional_var(env, name)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ClipflowError(f"{name} must be {what}; got {raw!r}") from None
-    if not (value >= 0 if zero else value > 0) or value == float("inf"):
-        raise ClipflowError(f"{name} must be {what}; got {raw!r}")
-    return value
-
-
 def _rank(env: Mapping[str, str], role: str, num_server: int, num_worker: int) -> int | None:
     if role == "scheduler":
         return None
@@ -229,30 +167,24 @@ def _rank(env: Mapping[str, str], role: str, num_server: int, num_worker: int) -
     return int_var(env, "DMLC_RANK", what, low=0, high=count - 1)
 
 
-SECURITY_MODES = ("curve", "none", "auto")
-
-
-def _security(env: Mapping[str, str], root_uri: str) -> tuple[str, str | None]:
+def _security(clipflow: ClipflowEnv, root_uri: str) -> tuple[str, str | None]:
     """(``curve`` or ``none``, the key folder) from CLIPFLOW_PS_SECURITY and CLIPFLOW_PS_KEYS."""
-    mode = (optional_var(env, "CLIPFLOW_PS_SECURITY") or "auto").lower()
-    if mode not in SECURITY_MODES:
-        raise ClipflowError(f"CLIPFLOW_PS_SECURITY must be one of curve, none, auto; got {mode!r}")
+    mode = clipflow.ps_security
     if mode == "auto":
         mode = "none" if is_loopback(root_uri) else "curve"
-    keys = optional_var(env, "CLIPFLOW_PS_KEYS")
     if mode == "none":
         return mode, None
     why = (
         "CLIPFLOW_PS_SECURITY=curve"
-        if (optional_var(env, "CLIPFLOW_PS_SECURITY") or "auto").lower() == "curve"
+        if clipflow.ps_security == "curve"
         else f"DMLC_PS_ROOT_URI={root_uri} is not a loopback address, so CLIPFLOW_PS_SECURITY=auto means curve"
     )
-    if keys is None:
+    if clipflow.ps_keys is None:
         raise ClipflowError(
             f"{why}, but CLIPFLOW_PS_KEYS is not set: make a key folder with `python -m clipflow ps keys DIR`, "
             "copy it to every node and set CLIPFLOW_PS_KEYS=DIR (or CLIPFLOW_PS_SECURITY=none on a trusted network)"
         )
     from clipflow.ps.security import check_keys
 
-    check_keys(keys)
-    return mode, keys
+    check_keys(str(clipflow.ps_keys))
+    return mode, str(clipflow.ps_keys)

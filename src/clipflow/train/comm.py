@@ -28,14 +28,12 @@ from typing import Any
 
 import torch
 
+from clipflow.environment import int_var, read_env, required_var
 from clipflow.errors import ClipflowError
-from clipflow.ps.env import float_var, int_var, required_var
 from clipflow.ps.exitcodes import ABORTED
 from clipflow.train.buckets import WdMult
 from clipflow.train.interface import choose_gloo_interface
 from clipflow.train.job import PSSettings
-
-DEFAULT_DDP_TIMEOUT_S = 600.0  # a collective not met by every process within this fails (gloo's own timeout)
 
 
 class PSComm:
@@ -117,7 +115,7 @@ class DDPConfig:
             world_size=world,
             master_addr=required_var(env, "MASTER_ADDR", "the address of the rank 0 process"),
             master_port=int_var(env, "MASTER_PORT", "the rank 0 process's port, 1..65535", low=1, high=65535),
-            timeout_s=float_var(env, "CLIPFLOW_DDP_TIMEOUT", "seconds, a number > 0", DEFAULT_DDP_TIMEOUT_S),
+            timeout_s=read_env(env).ddp_timeout,
         )  # fmt: skip
 
 

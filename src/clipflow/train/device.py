@@ -18,18 +18,14 @@ from collections.abc import Mapping
 
 import torch
 
+from clipflow.environment import int_var, read_env
 from clipflow.errors import ClipflowError
-from clipflow.ps.env import int_var
-
-DEVICE_KINDS = ("auto", "cpu", "cuda")
 
 
 def worker_device(environ: Mapping[str, str] | None = None) -> torch.device:
     """This worker's device, from CLIPFLOW_DEVICE and LOCAL_RANK."""
     env = os.environ if environ is None else environ
-    kind = env.get("CLIPFLOW_DEVICE", "auto").strip() or "auto"
-    if kind not in DEVICE_KINDS:
-        raise ClipflowError(f"CLIPFLOW_DEVICE must be one of {', '.join(DEVICE_KINDS)}; got {kind!r}")
+    kind = read_env(env).device
     local_rank = int_var(env, "LOCAL_RANK", "this worker's index on its host, an integer >= 0", low=0, default=0)
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if kind == "cpu" or (kind == "auto" and gpus == 0):

@@ -14,8 +14,9 @@ import socket
 import struct
 from collections.abc import MutableMapping
 
+from clipflow.environment import read_env
+
 SIOCGIFADDR = 0x8915  # Linux: an interface's IPv4 address
-NODE_ADDRESS = "CLIPFLOW_NODE_ADDRESS"  # set by the launcher: this worker's address in the plan
 
 
 def interface_with_address(address: str) -> str | None:
@@ -41,7 +42,7 @@ def choose_gloo_interface(environ: MutableMapping[str, str]) -> str | None:
     returns the interface gloo will use by name (None: gloo's own choice)."""
     if environ.get("GLOO_SOCKET_IFNAME"):
         return environ["GLOO_SOCKET_IFNAME"]
-    address = environ.get(NODE_ADDRESS, "")
+    address = read_env(environ).node_address
     name = interface_with_address(address) if address else None
     if name:
         environ["GLOO_SOCKET_IFNAME"] = name

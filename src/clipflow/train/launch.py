@@ -25,7 +25,6 @@ from clipflow.train.job import TrainJob
 from clipflow.train.launcher import Launcher, RoleCommand
 from clipflow.train.roles import role_commands
 
-
 Command = Callable[[Role], Sequence[str]]  # a worker's clipflow arguments
 
 

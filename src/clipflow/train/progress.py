@@ -15,16 +15,13 @@ one wrote past its checkpoint's step, and the curves have no doubles.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import IO
 
 from tqdm import tqdm
 
-from clipflow.ps.env import float_var
-
-DEFAULT_PROGRESS_S = 10.0
+from clipflow.environment import read_env
 
 
 class LineFile:
@@ -44,8 +41,7 @@ class LineFile:
 
 def progress_interval() -> float:
     """CLIPFLOW_PROGRESS_S: the most seconds between two progress lines."""
-    return float_var(os.environ, "CLIPFLOW_PROGRESS_S", "seconds between progress lines, a number > 0",
-                     DEFAULT_PROGRESS_S)  # fmt: skip
+    return read_env().progress_s
 
 
 def epoch_bar(epoch: int, epochs: int, total: int, initial: int, interval: float, enabled: bool) -> tqdm:

@@ -30,16 +30,15 @@ from clipflow.cluster.plan import Plan, Role
 from clipflow.cluster.remote_exec import request_line
 from clipflow.cluster.slurm import srun_argv
 from clipflow.cluster.ssh import ssh_argv
-from clipflow.host_log import ENV as HOST_LOG_ENV
+from clipflow.environment import NAMES
 from clipflow.host_log import host_log_path
-from clipflow.train.interface import NODE_ADDRESS
 from clipflow.train.launcher import RoleCommand
 
 
 def ps_environment(plan: Plan, role: Role) -> dict[str, str]:
-    security = {"CLIPFLOW_PS_SECURITY": plan.security}
+    security = {NAMES["ps_security"]: plan.security}
     if plan.keys_dir:
-        security["CLIPFLOW_PS_KEYS"] = plan.keys_dir
+        security[NAMES["ps_keys"]] = plan.keys_dir
     return {
         **security,
         "DMLC_ROLE": role.role,
@@ -49,14 +48,14 @@ def ps_environment(plan: Plan, role: Role) -> dict[str, str]:
         "DMLC_NUM_WORKER": str(plan.num_workers),
         "DMLC_RANK": str(role.rank),
         "DMLC_NODE_HOST": role.address,
-        "CLIPFLOW_HEARTBEAT_TIMEOUT": str(plan.heartbeat_timeout),
+        NAMES["heartbeat_timeout"]: str(plan.heartbeat_timeout),
     }
 
 
 def ddp_environment(plan: Plan, role: Role, local_size: int) -> dict[str, str]:
     master = next(r for r in plan.roles if r.role == "worker" and r.rank == 0)
     return {
-        NODE_ADDRESS: role.address,  # gloo's interface (clipflow.train.interface)
+        NAMES["node_address"]: role.address,  # gloo's interface (clipflow.train.interface)
         "MASTER_ADDR": master.address,
         "MASTER_PORT": str(plan.root_port),
         "RANK": str(role.rank),
@@ -92,10 +91,10 @@ def role_commands(
         env = ddp_environment(plan, r, per_host[r.host]) if backend == "ddp" else ps_environment(plan, r)
         env.update(extra_env or {})
         if log_dir:
-            env[HOST_LOG_ENV] = host_log_path(log_dir, r.role, r.rank)
+            env[NAMES["host_log"]] = host_log_path(log_dir, r.role, r.rank)
         if r.role == "worker":
             env["LOCAL_RANK"] = str(local_rank[r.rank])  # its GPU, when the host has GPUs
-            env["CLIPFLOW_WORKERS_ON_HOST"] = str(per_host[r.host])  # the worker divides its host's cores
+            env[NAMES["workers_on_host"]] = str(per_host[r.host])  # the worker divides its host's cores
             argv = list(worker_argv(r) if callable(worker_argv) else worker_argv)
         else:
             argv = [python, "-m", "clipflow", "ps", "role"]

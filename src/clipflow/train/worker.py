@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from clipflow.ps.env import int_var
+from clipflow.environment import read_env
 from clipflow.train.comm import DDPConfig, PSComm, run_in_group
 from clipflow.train.device import worker_device
 from clipflow.train.job import TrainJob
@@ -30,9 +30,8 @@ def bootstrap() -> torch.device:
 def set_torch_threads() -> int:
     """A worker's torch threads: CLIPFLOW_TORCH_THREADS, else its share of the host's cores
     (CLIPFLOW_WORKERS_ON_HOST workers share them); returns the count."""
-    workers_here = int_var(os.environ, "CLIPFLOW_WORKERS_ON_HOST", "an integer >= 1", low=1, default=1)
-    threads = int_var(os.environ, "CLIPFLOW_TORCH_THREADS", "an integer >= 1 (torch threads of this worker)", low=1,
-                      default=max(1, (os.cpu_count() or 1) // workers_here))  # fmt: skip
+    env = read_env()
+    threads = env.torch_threads or max(1, (os.cpu_count() or 1) // env.workers_on_host)
     torch.set_num_threads(threads)
     return threads
 
