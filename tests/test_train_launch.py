@@ -242,7 +242,25 @@ def test_progress_lines_and_tensorboard_scalars_without_doubles_after_a_restart(
 
 
 def test_a_bad_progress_interval_is_named(tmp_path, tiny_videos):
+    """Every clipflow command checks the CLIPFLOW_* settings before it does anything (clipflow.environment): the
+    launcher names the bad one and starts no process, and the plan command refuses it too."""
     splits = two_splits(tmp_path, tiny_videos)
-    done = launch(tmp_path, tiny_videos, splits, env_extra={"CLIPFLOW_PROGRESS_S": "often"})
-    assert done.returncode == 2, done.stdout
-    assert "CLIPFLOW_PROGRESS_S must be seconds between progress lines, a number > 0; got 'often'" in done.stdout
+    bad = {**python_env(), "CLIPFLOW_PROGRESS_S": "often"}
+    message = "CLIPFLOW_PROGRESS_S must be seconds between progress lines, a number > 0; got 'often'"
+    plan = subprocess.run([sys.executable, "-m", "clipflow", "cluster", "plan", "--out", str(tmp_path / "bad.json")],
+                          env=bad, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert plan.returncode == 2 and message in plan.stderr and not (tmp_path / "bad.json").exists(), plan.stderr
+    made = subprocess.run([sys.executable, "-m", "clipflow", "cluster", "plan", "--root-port", str(free_port()),
+                           "--out", str(tmp_path / "plan.json")], env=python_env(), capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    done = subprocess.run(
+        [sys.executable, "-m", "clipflow", "train", "launch", "--plan", str(tmp_path / "plan.json"),
+         "--log-dir", str(tmp_path / "logs"), "--recipe", "slowfast_tiny_synthetic", "--overrides", json.dumps(TINY),
+         "--splits-dir", str(splits), "--root", str(tiny_videos), "--checkpoint-root", str(tmp_path / "ckpt"),
+         "--model-out", str(tmp_path / "model.pt"), "--metrics-out", str(tmp_path / "metrics.jsonl")],
+        env=bad, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"clipflow: error: {message}" in done.stderr
+    assert not (tmp_path / "logs").exists() and not (tmp_path / "ckpt").exists()  # nothing started, nothing written

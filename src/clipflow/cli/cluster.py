@@ -97,7 +97,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--num-workers", type=int, default=defaults["num_workers"])
     p.add_argument("--num-servers", type=int, default=defaults["num_servers"])
     p.add_argument("--root-port", type=int, default=defaults["root_port"])
-    p.add_argument("--heartbeat-timeout", type=float, default=defaults["heartbeat_timeout"])
+    p.add_argument("--heartbeat-timeout", type=float, default=float(defaults["heartbeat_timeout"]))
     p.add_argument("--placement", default=defaults["placement"], choices=["beside", "cycle"])
     p.add_argument(
         "--security",
@@ -119,7 +119,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = cluster.add_parser("check", help="check every host of a plan: ssh, versions, paths, ports, disk")
     p.add_argument("--plan", required=True)
     p.add_argument("--path", action="append", default=[], help="a path the run reads (repeat)")
-    p.add_argument("--min-free-gb", type=float, default=defaults["min_free_gb"])
+    p.add_argument("--min-free-gb", type=float, default=float(defaults["min_free_gb"]))
     p.add_argument("--out", required=True, help="the checks as JSON")
     p.set_defaults(func=cmd_check)
     p = cluster.add_parser("sync", help="rsync the working folder to every host of a plan")
@@ -138,7 +138,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--env", action="append", default=[], help="NAME=VALUE for every role (repeat)")
     p.add_argument("--placement", default=defaults["placement"], choices=["beside", "cycle"])
     p.add_argument("--port", type=int, default=defaults["root_port"], help="the scheduler's port")
-    p.add_argument("--heartbeat-timeout", type=float, default=defaults["heartbeat_timeout"])
+    p.add_argument("--heartbeat-timeout", type=float, default=float(defaults["heartbeat_timeout"]))
     p.add_argument("--security", default=defaults["security"], choices=["auto", "curve", "none"])
     p.add_argument("--python", default="", help="ssh: the Python on the hosts (default: this one)")
     p.add_argument("--log-dir", default="logs/launch")

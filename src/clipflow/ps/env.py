@@ -36,7 +36,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from clipflow.environment import (
-    DEFAULT_PIECE,
     ClipflowEnv,
     float_var,
     int_var,
@@ -65,19 +64,20 @@ class PSConfig:
     verbose: int = 0
     bigarray_bound: int = DEFAULT_BIGARRAY_BOUND
     rank: int | None = None
-    heartbeat_interval: float = 1.0
-    heartbeat_timeout: float = 30.0
-    startup_timeout: float = 120.0
+    # the CLIPFLOW_* settings' defaults are clipflow.environment's
+    heartbeat_interval: float = ClipflowEnv.heartbeat_interval
+    heartbeat_timeout: float = ClipflowEnv.heartbeat_timeout
+    startup_timeout: float = ClipflowEnv.startup_timeout
     security: str = "none"
     keys_dir: str | None = None
     resend: bool = False
     resend_timeout: float = 1.0
-    drop_percent: float = 0.0
+    drop_percent: float = ClipflowEnv.ps_drop_percent
     drop_seed: int | None = None
-    malloc_tune: bool = True
-    shm: bool = True
-    shm_min_bytes: int = 65536
-    piece: int = DEFAULT_PIECE
+    malloc_tune: bool = ClipflowEnv.ps_malloc_tune
+    shm: bool = ClipflowEnv.ps_shm
+    shm_min_bytes: int = ClipflowEnv.ps_shm_min_bytes
+    piece: int = ClipflowEnv.ps_piece
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> PSConfig:
