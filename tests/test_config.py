@@ -112,3 +112,33 @@ def test_the_embedded_config_restates_no_default_the_schema_does_not_own(repo):
     assert validate(embedded, "config.schema.yaml", "config.yaml") == validate({}, "config.schema.yaml", "defaults")
     for section in ("cluster", "train"):
         assert "root_port" not in embedded[section] and "heartbeat_timeout" not in embedded[section]
+
+
+def test_the_command_line_lists_its_command_groups_and_each_handler_lives_in_its_groups_module():
+    """`python -m clipflow --help` lists the commands it always had; the cli package registers each group from a
+    module of its own, whose handlers are the ones the parser calls."""
+    import argparse
+
+    from clipflow import cli
+
+    done = clipflow("--help")
+    assert done.returncode == 0, done.stderr
+    listed = done.stdout.split("{", 1)[1].split("}", 1)[0].split(",")
+    assert listed == ["cluster", "launch", "data", "splits", "train", "collect", "ps", "evaluate", "status", "report",
+                      "models"]  # fmt: skip
+    handlers = {}
+
+    def walk(parser: argparse.ArgumentParser, path: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, f"{path} {name}".strip())
+        if parser.get_default("func"):
+            handlers[path] = parser.get_default("func").__module__
+
+    walk(cli.build_parser(), "")
+    assert handlers["train launch"] == "clipflow.cli.train" and handlers["evaluate worker"] == "clipflow.cli.evaluate"
+    groups = {"launch": "cluster", "splits": "data"}
+    for path, module in handlers.items():
+        head = path.split()[0]
+        assert module == f"clipflow.cli.{groups.get(head, head)}", path

@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from clipflow.cli.args import json_object
 from clipflow.errors import ClipflowError
 from clipflow.schemas import config_defaults
 
 JOB_INPUTS = ("plan", "recipe", "splits_dir", "root", "checkpoint_root", "model_out", "metrics_out")
+PATHS = ("splits_dir", "root", "checkpoint_root", "model_out", "metrics_out", "val_list", "tensorboard")
 
 
 def job_from_args(a: argparse.Namespace):
     """The flags of `train launch` as a TrainJob (checked as it is made): a job file (--job), or the plan, the
-    recipe and its overrides, the back end's settings, the paths (made absolute: every host of the plan names
-    them so) and the seed."""
+    recipe and its overrides, the back end's settings, the paths and the seed."""
     from clipflow.cluster.plan import Plan
     from clipflow.recipe import load_recipe
     from clipflow.train.job import TrainJob
@@ -29,19 +28,11 @@ def job_from_args(a: argparse.Namespace):
     missing = [f"--{name.replace('_', '-')}" for name in JOB_INPUTS if not getattr(a, name)]
     if missing:
         raise ClipflowError(f"clipflow train launch needs {', '.join(missing)} (or --job FILE)")
-    absolute = {name: str(Path(getattr(a, name)).absolute()) if getattr(a, name) else None
-                for name in ("splits_dir", "root", "checkpoint_root", "model_out", "metrics_out", "val_list",
-                             "tensorboard")}  # fmt: skip
-    return TrainJob.from_dict({
-        "version": 1,
-        "plan": Plan.read(a.plan).to_dict(),
-        "recipe": load_recipe(a.recipe, json_object(a.overrides)),
-        "backend": a.backend,
-        "ps": {"mode": a.kvstore, "update_on_kvstore": a.update_on_kvstore, "compression": a.compression,
-               "threshold": a.compression_threshold},
-        "paths": absolute,
-        "seed": a.seed,
-    }, "train launch")  # fmt: skip
+    paths = {name: getattr(a, name) or None for name in PATHS}
+    ps = {"mode": a.kvstore, "update_on_kvstore": a.update_on_kvstore, "compression": a.compression,
+          "threshold": a.compression_threshold}  # fmt: skip
+    return TrainJob.create(Plan.read(a.plan), load_recipe(a.recipe, json_object(a.overrides)), a.backend, ps, paths,
+                           a.seed, "train launch")  # fmt: skip
 
 
 def cmd_launch(a: argparse.Namespace) -> int:

@@ -115,6 +115,15 @@ class TrainJob:
         }
 
     @classmethod
+    def create(cls, plan: Plan, recipe: dict, backend: str, ps: dict, paths: dict[str, str | None], seed: int,
+               what: str = "job") -> TrainJob:  # fmt: skip
+        """The job of these inputs, checked as a job file is (:meth:`from_dict`); ``paths`` (TrainPaths' fields,
+        None for an optional one not given) are made absolute: every host of the plan names them so."""
+        absolute = {name: None if path is None else str(Path(path).absolute()) for name, path in paths.items()}
+        return cls.from_dict({"version": VERSION, "plan": plan.to_dict(), "recipe": recipe, "backend": backend,
+                              "ps": ps, "paths": absolute, "seed": seed}, what)  # fmt: skip
+
+    @classmethod
     def from_dict(cls, data: object, what: str = "job") -> TrainJob:
         """The job of :meth:`to_dict`'s form, checked: the job schema (every key, its type), the recipe's checks,
         the back end's settings. Every problem is named with ``what``."""

@@ -77,8 +77,9 @@ def step_seed(seed: int, rank: int, step: int) -> int:
 
 class Trainer:
     def __init__(self, job: TrainJob, comm: PSComm | DDPComm, device: torch.device | None = None, log=print):
-        self.comm, self.log = comm, log
-        self.recipe, self.paths, self.seed = recipe, paths, seed = job.recipe, job.paths, job.seed
+        self.job, self.comm, self.log = job, comm, log
+        recipe, paths, seed = job.recipe, job.paths, job.seed
+        self.recipe, self.paths, self.seed = recipe, paths, seed
         self.device = device or torch.device("cpu")
         self.rank, self.num_workers = comm.rank, comm.num_workers
         t = recipe["train"]
@@ -109,7 +110,7 @@ class Trainer:
         self.images = is_image_model(recipe["model"]["name"])  # called model(images), not model(slow, fast)
         self.step_options = StepOptions.from_recipe(recipe)
         self.step_options.layout(self.model, self.images)
-        self.progress_s = progress_interval()  # read here: a bad value stops the worker before training
+        self.progress_s = progress_interval()
         self.sync: Any = None  # PSSync or DDPSync, made once rank 0's state is known (_resume_state)
         self.forward: Any = None  # what a step calls: the model, maybe wrapped by the sync, maybe compiled
         run_id = fingerprint(recipe, self.num_workers, seed, job.identity(), shard)
