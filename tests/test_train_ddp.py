@@ -14,8 +14,9 @@ from test_train_launch import TINY, launch, two_splits
 
 from clipflow.cluster.hostsfile import Host
 from clipflow.cluster.plan import make_plan
+from clipflow.cluster.ports import free_port
 from clipflow.errors import ClipflowError
-from clipflow.train.comm import DDPConfig, lost_peer
+from clipflow.train.comm import DDPConfig, lost_peer, timed_out
 from clipflow.train.device import worker_device
 from clipflow.train.interface import choose_gloo_interface, interface_with_address
 from clipflow.train.roles import role_commands
@@ -151,6 +152,25 @@ def test_gloo_is_told_the_interface_of_the_worker_address_unless_the_user_chose_
     assert choose_gloo_interface(mine) == "eth7" and mine["GLOO_SOCKET_IFNAME"] == "eth7"
     unknown = {"CLIPFLOW_NODE_ADDRESS": "192.0.2.77"}
     assert choose_gloo_interface(unknown) is None and "GLOO_SOCKET_IFNAME" not in unknown
+
+
+def test_a_collective_or_rendezvous_past_its_timeout_is_a_communication_failure():
+    gloo = "[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 600000ms for recv operation"
+    store = "The client socket has timed out after 600000ms while trying to connect to (10.0.0.1, 9091)."
+    assert timed_out(RuntimeError(gloo)) and timed_out(RuntimeError(store))
+    assert not timed_out(RuntimeError("Connection closed by peer")) and not timed_out(ValueError("bad value"))
+
+
+def test_a_rank_that_waits_past_the_ddp_timeout_exits_76_naming_the_timeout(tmp_path):
+    """One worker of two, alone: the rendezvous waits for the other past CLIPFLOW_DDP_TIMEOUT (2 s)."""
+    env = {**python_env(), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
+           "CLIPFLOW_DDP_TIMEOUT": "2"}  # fmt: skip
+    job = tiny_job(tmp_path, "ddp").write()
+    done = subprocess.run([sys.executable, "-m", "clipflow", "train", "worker", "--job", str(job), "--rank", "0"],
+                          env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 76, done.stdout + done.stderr
+    assert "clipflow: communication failure: ddp rank 0: torch.distributed waited longer than 2 s" in done.stderr
+    assert "(CLIPFLOW_DDP_TIMEOUT)" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_only_a_lost_connection_counts_as_another_process_leaving():

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from clipflow.environment import int_var, read_env, required_var
-from clipflow.errors import ClipflowError
+from clipflow.errors import ClipflowError, CommError
 from clipflow.ps.exitcodes import ABORTED
 from clipflow.train.buckets import WdMult
 from clipflow.train.interface import choose_gloo_interface
@@ -196,17 +196,30 @@ def lost_peer(exc: BaseException) -> bool:
     return any(text in str(exc) for text in LOST_PEER)
 
 
+TIMED_OUT = ("Timed out", "timed out")  # gloo's collectives, the TCP store's connect and wait
+
+
+def timed_out(exc: BaseException) -> bool:
+    """Whether a torch.distributed error says a collective or the rendezvous waited past its timeout."""
+    return any(text in str(exc) for text in TIMED_OUT)
+
+
 def run_in_group(what: str, config: DDPConfig, device: torch.device, body: Callable[[DDPComm], object]) -> int:
     """Runs ``body(comm)`` in this process's torch.distributed group; the process's exit status. When another
     process dies, gloo reports the lost connection here: that is an echo of the failure (exit ABORTED), so the
-    launcher names the process that died, not this one."""
+    launcher names the process that died, not this one. A wait past the timeout is a CommError naming it."""
     try:
         with DDPComm(config, device) as comm:
             body(comm)
-    except RuntimeError as exc:
+    except RuntimeError as exc:  # torch's DistError and its kinds are RuntimeErrors
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if timed_out(exc):
+            raise CommError(
+                f"{what} rank {config.rank}: torch.distributed waited longer than {config.timeout_s:g} s "
+                f"(CLIPFLOW_DDP_TIMEOUT) for the other processes at {config.master_addr}:{config.master_port}: {first}"
+            ) from None
         if not lost_peer(exc):
             raise
-        print(f"clipflow: {what} rank {config.rank}: another process left the job ({str(exc).splitlines()[0]})",
-              file=sys.stderr)  # fmt: skip
+        print(f"clipflow: {what} rank {config.rank}: another process left the job ({first})", file=sys.stderr)
         return ABORTED
     return 0
