@@ -11,6 +11,23 @@ from clipflow.schemas import config_defaults
 
 JOB_INPUTS = ("plan", "recipe", "splits_dir", "root", "checkpoint_root", "model_out", "metrics_out")
 PATHS = ("splits_dir", "root", "checkpoint_root", "model_out", "metrics_out", "val_list", "tensorboard")
+SETTINGS = ("overrides", "val_list", "tensorboard", "backend", "kvstore", "update_on_kvstore", "compression",
+            "compression_threshold", "seed")  # flags that make a job, unset unless typed (their defaults: below)
+
+
+def flag(name: str) -> str:
+    return f"--{name.replace('_', '-')}"
+
+
+def typed(value) -> bool:
+    """Whether a flag of :data:`SETTINGS` or :data:`JOB_INPUTS` was given (unset ones are None, "" or False)."""
+    return value is not None and value != "" and value is not False
+
+
+def setting(a: argparse.Namespace, name: str, default):
+    """A back-end setting as typed, else its default (config.schema.yaml's)."""
+    value = getattr(a, name)
+    return default if value is None else value
 
 
 def job_from_args(a: argparse.Namespace):
@@ -21,18 +38,22 @@ def job_from_args(a: argparse.Namespace):
     from clipflow.train.job import TrainJob
 
     if a.job:
-        given = [f"--{name.replace('_', '-')}" for name in JOB_INPUTS if getattr(a, name)]
+        given = [flag(name) for name in (*JOB_INPUTS, *SETTINGS) if typed(getattr(a, name))]
         if given:
             raise ClipflowError(f"--job names the whole job: drop {', '.join(given)}, or drop --job")
         return TrainJob.read(a.job)
-    missing = [f"--{name.replace('_', '-')}" for name in JOB_INPUTS if not getattr(a, name)]
+    missing = [flag(name) for name in JOB_INPUTS if not getattr(a, name)]
     if missing:
         raise ClipflowError(f"clipflow train launch needs {', '.join(missing)} (or --job FILE)")
+    train = config_defaults("train")
+    compression = train["gradient_compression"]
     paths = {name: getattr(a, name) or None for name in PATHS}
-    ps = {"mode": a.kvstore, "update_on_kvstore": a.update_on_kvstore, "compression": a.compression,
-          "threshold": a.compression_threshold}  # fmt: skip
-    return TrainJob.create(Plan.read(a.plan), load_recipe(a.recipe, json_object(a.overrides)), a.backend, ps, paths,
-                           a.seed, "train launch")  # fmt: skip
+    ps = {"mode": setting(a, "kvstore", train["kvstore"]), "update_on_kvstore": a.update_on_kvstore,
+          "compression": setting(a, "compression", compression["type"]),
+          "threshold": setting(a, "compression_threshold", compression["threshold"])}  # fmt: skip
+    recipe = load_recipe(a.recipe, json_object(a.overrides or "{}"))
+    return TrainJob.create(Plan.read(a.plan), recipe, setting(a, "backend", train["backend"]), ps, paths,
+                           setting(a, "seed", train["seed"]), "train launch")  # fmt: skip
 
 
 def cmd_launch(a: argparse.Namespace) -> int:
@@ -66,7 +87,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-dir", required=True)
     p.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL at teardown")
     p.add_argument("--recipe", default="", help="a recipe name (recipes/NAME.yaml) or file")
-    p.add_argument("--overrides", default="{}", help="recipe overrides as JSON, deep-merged")
+    p.add_argument("--overrides", default=None, help="recipe overrides as JSON, deep-merged (default: none)")
     p.add_argument("--splits-dir", default="", help="worker{rank}.lst, one list a worker")
     p.add_argument("--root", default="", help="folder the list paths are relative to")
     p.add_argument("--checkpoint-root", default="")
@@ -74,14 +95,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metrics-out", default="")
     p.add_argument("--val-list", default="", help="scanned val list: validation while training (train.eval_every)")
     p.add_argument("--tensorboard", default="", help="folder for rank 0's TensorBoard event files (default: none)")
-    p.add_argument("--backend", default=defaults["backend"], choices=["ps", "ddp"],
-                   help="ps: clipflow's parameter server; ddp: torch.distributed (gloo)")  # fmt: skip
-    p.add_argument("--kvstore", default=defaults["kvstore"])
+    compression = defaults["gradient_compression"]
+    p.add_argument("--backend", choices=["ps", "ddp"], help="ps: clipflow's parameter server; ddp: torch.distributed "
+                   f"(gloo or NCCL) (default: {defaults['backend']})")  # fmt: skip
+    p.add_argument("--kvstore", help=f"the parameter server's mode (default: {defaults['kvstore']})")
     p.add_argument("--update-on-kvstore", action="store_true", help="the servers run the optimizer")
-    p.add_argument("--compression", default=defaults["gradient_compression"]["type"], choices=["none", "2bit"],
-                   help="gradient compression")  # fmt: skip
-    p.add_argument("--compression-threshold", type=float, default=defaults["gradient_compression"]["threshold"])
-    p.add_argument("--seed", type=int, default=defaults["seed"])
+    p.add_argument("--compression", choices=["none", "2bit"],
+                   help=f"gradient compression (default: {compression['type']})")  # fmt: skip
+    p.add_argument("--compression-threshold", type=float, help=f"default: {compression['threshold']}")
+    p.add_argument("--seed", type=int, help=f"default: {defaults['seed']}")
     p.set_defaults(func=cmd_launch)
     p = train.add_parser("worker", help="one worker of a job (started by the launcher with its job file and rank)")
     p.add_argument("--job", required=True, help="the run's job.json")
