@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import python_env
+from helpers import python_env
 from netns_hosts import NetnsHosts, ssh_hosts  # noqa: F401
 
 from clipflow.cluster.ports import free_port
@@ -348,7 +348,7 @@ def test_the_tiny_recipe_trains_across_the_three_hosts_through_snakemake(
     job: dict[str, str],
     repo: Path,
 ) -> None:
-    from test_workflow import TINY
+    from workflow_helpers import TINY
 
     work = Path(job["work"]) / "flow"
     work.mkdir()

@@ -10,34 +10,16 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import copy_workflow, python_env
+from helpers import copy_workflow
+from workflow_helpers import TINY, snakemake
 
 from clipflow.cluster.ports import free_port
 
 pytestmark = pytest.mark.workflow
-
-TINY = {
-    "data": {
-        "dir": "results/data/tiny",
-        "synthetic": {"num_train": 24, "num_val": 16, "min_frames": 24, "max_frames": 40, "short_side": 64},
-    },
-    "overrides": {
-        "train": {"epochs": 3, "batch_size": 4, "save_frequency": 1, "warmup_epochs": 0},
-        "data": {"new_length": 16, "new_width": 42, "new_height": 32, "input_size": 32},
-    },
-}
-
-
-def snakemake(workdir: Path, *args: str, env_extra: dict | None = None, timeout: int = 600):
-    cmd = [sys.executable, "-m", "snakemake", "--cores", "1", *args, "--configfile", "tiny.yaml"]
-    env = {**python_env(), **(env_extra or {})}
-    return subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def planned_jobs(dry_run_output: str) -> dict[str, int]:
