@@ -3,11 +3,18 @@
 Fixtures: a small synthetic video set made once per test session; two CIFAR-format sets made per module
 (small_cifar, and cifar for the training and evaluation runs); make_cluster for the parameter-server tests.
 Plain helpers live in tests/helpers.py and the other *_helpers modules, never here: test modules import those,
-never conftest."""
+never conftest (tests/test_suite.py checks).
+
+Hooks: ``--order`` runs the collected tests in another order, to show a test that depends on which ran before
+it: ``--order reverse``, or ``--order shuffle:SEED`` (the modules in a random order, then the tests inside each;
+the same SEED, the same order). ``--order shuffle`` picks a seed and shows it in the header. The tests of a module
+stay together, so a module-scoped fixture is still made once.
+"""
 
 from __future__ import annotations
 
 import os
+import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,6 +26,57 @@ if TYPE_CHECKING:
     from ps_cluster_helpers import Cluster
 
 os.environ.setdefault("CLIPFLOW_NO_PROGRESS", "1")
+ORDER = pytest.StashKey[tuple[str, int | None]]()  # --order: ("default" | "reverse" | "shuffle", the shuffle's seed)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--order",
+        default="default",
+        metavar="ORDER",
+        help="run the tests in another order: 'reverse', or 'shuffle:SEED' (modules shuffled, then the tests in each; "
+        "'shuffle' alone picks a seed and shows it); default: as collected",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    value = config.getoption("order")
+    kind, colon, seed = value.partition(":")
+    if value in ("default", "reverse"):
+        config.stash[ORDER] = (value, None)
+    elif kind == "shuffle" and not colon:
+        config.stash[ORDER] = ("shuffle", random.SystemRandom().randrange(1_000_000))
+    elif kind == "shuffle" and seed.isdigit():
+        config.stash[ORDER] = ("shuffle", int(seed))
+    else:
+        raise pytest.UsageError(
+            f"--order must be default, reverse, shuffle or shuffle:SEED (a whole number); got {value!r}"
+        )
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    kind, seed = config.stash[ORDER]
+    if kind == "default":
+        return None
+    return f"test order: {kind}" + ("" if seed is None else f":{seed} (again with --order shuffle:{seed})")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Reorders the tests for ``--order`` (after pytest's own ordering and any deselection)."""
+    kind, seed = config.stash[ORDER]
+    if kind == "reverse":
+        items.reverse()
+    elif kind == "shuffle":
+        rng = random.Random(seed)
+        modules: dict[Path, list[pytest.Item]] = {}
+        for item in items:
+            modules.setdefault(item.path, []).append(item)
+        groups = list(modules.values())
+        rng.shuffle(groups)
+        for group in groups:
+            rng.shuffle(group)
+        items[:] = [item for group in groups for item in group]
 
 
 @pytest.fixture(scope="session")
