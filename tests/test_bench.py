@@ -10,7 +10,7 @@ import json
 import subprocess
 import sys
 
-from conftest import REPO, python_env
+from helpers import REPO, python_env
 
 
 def last_json(*args: str) -> dict:

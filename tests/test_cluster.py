@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import clipflow, python_env
+from helpers import clipflow, python_env
 
 from clipflow.cluster.hostsfile import Host, hosts_from_config
 from clipflow.cluster.keys import ensure_local_key, public_key

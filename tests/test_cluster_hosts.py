@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import python_env
+from helpers import python_env
 from netns_hosts import NetnsHosts, ssh_hosts  # noqa: F401
 
 from clipflow.cluster.ports import free_port
@@ -53,18 +53,10 @@ def job(ssh_hosts: NetnsHosts, tmp_path_factory: pytest.TempPathFactory) -> dict
 
 
 @pytest.fixture(scope="module")
-def authorised(ssh_hosts: NetnsHosts, job: dict[str, str]) -> dict[str, str]:  # noqa: F811
-    """``job`` once the job's key is authorised on every host (a no-op after the keys test)."""
-    done = run(ssh_hosts, "cluster", "keys", "--hosts-file", job["hosts_file"], *ssh_args(job))
-    assert done.returncode == 0, done.stdout + done.stderr
-    return job
-
-
-def ssh_args(job: dict[str, str]) -> list[str]:
-    return ["--ssh-key", job["key"], "--known-hosts", job["known_hosts"]]
-
-
-def test_keys_are_authorised_once_and_modes_fixed(ssh_hosts: NetnsHosts, job: dict[str, str]) -> None:  # noqa: F811
+def first_keys(ssh_hosts: NetnsHosts, job: dict[str, str]) -> tuple[subprocess.CompletedProcess, dict]:  # noqa: F811
+    """The first `cluster keys` on the fresh hosts and its report (--out), what
+    test_keys_are_authorised_once_and_modes_fixed checks: made before any test that needs the key (through
+    ``authorised``), whichever of them runs first."""
     wrong = ssh_hosts.hosts[1].home / ".ssh"  # host 2 has a ~/.ssh with modes sshd refuses, and a key of its own
     wrong.mkdir()
     wrong.chmod(0o755)
@@ -76,8 +68,35 @@ def test_keys_are_authorised_once_and_modes_fixed(ssh_hosts: NetnsHosts, job: di
     done = run(
         ssh_hosts, "cluster", "keys", "--hosts-file", job["hosts_file"], *ssh_args(job), "--out", str(report_file)
     )
+    return done, json.loads(report_file.read_text()) if report_file.exists() else {}
+
+
+@pytest.fixture(scope="module")
+def authorised(
+    ssh_hosts: NetnsHosts,  # noqa: F811
+    job: dict[str, str],
+    first_keys: tuple[subprocess.CompletedProcess, dict],
+) -> dict[str, str]:
+    """``job`` once the job's key is authorised on every host and their host keys pinned (after first_keys, a
+    no-op)."""
+    done = run(ssh_hosts, "cluster", "keys", "--hosts-file", job["hosts_file"], *ssh_args(job))
     assert done.returncode == 0, done.stdout + done.stderr
-    report = json.loads(report_file.read_text())
+    return job
+
+
+def ssh_args(job: dict[str, str]) -> list[str]:
+    return ["--ssh-key", job["key"], "--known-hosts", job["known_hosts"]]
+
+
+def test_keys_are_authorised_once_and_modes_fixed(
+    ssh_hosts: NetnsHosts,  # noqa: F811
+    job: dict[str, str],
+    first_keys: tuple[subprocess.CompletedProcess, dict],
+) -> None:
+    wrong = ssh_hosts.hosts[1].home / ".ssh"  # the ~/.ssh that first_keys found with modes sshd refuses
+    report_file = Path(job["work"]) / "keys.json"
+    done, report = first_keys
+    assert done.returncode == 0, done.stdout + done.stderr
     assert f"made a new ed25519 key pair {job['key']} (+ .pub)" in report["local"]
     first, second, third = (report["hosts"][h.target] for h in ssh_hosts.hosts)
     assert (
@@ -142,6 +161,7 @@ def _plan(ssh_hosts: NetnsHosts, job: dict[str, str], name: str, ssh_key: str = 
     return out
 
 
+@pytest.mark.usefixtures("authorised")  # the job's key authorised, the host keys pinned
 def test_checks_table_names_a_host_whose_sshd_is_down(ssh_hosts: NetnsHosts, job: dict[str, str]) -> None:  # noqa: F811
     plan = _plan(ssh_hosts, job, "plan-checks.json")
     out = Path(job["work"]) / "checks.json"
@@ -167,6 +187,7 @@ def test_checks_table_names_a_host_whose_sshd_is_down(ssh_hosts: NetnsHosts, job
     assert by_host[ssh_hosts.hosts[0].target]["facts"]["torch"] == checks["launcher"]["torch"]
 
 
+@pytest.mark.usefixtures("authorised")  # the job's key authorised, the host keys pinned
 def test_a_changed_host_key_is_refused_until_reviewed(ssh_hosts: NetnsHosts, job: dict[str, str]) -> None:  # noqa: F811
     host = ssh_hosts.hosts[0]
     ssh_hosts.change_host_key(0)
@@ -181,6 +202,7 @@ def test_a_changed_host_key_is_refused_until_reviewed(ssh_hosts: NetnsHosts, job
     assert "pinned its host key" in accepted.stdout
 
 
+@pytest.mark.usefixtures("authorised")  # the job's key authorised, the host keys pinned
 def test_bad_hosts_ports_keys_homes_and_sync_targets_are_named(ssh_hosts: NetnsHosts, job: dict[str, str]) -> None:  # noqa: F811
     h = ssh_hosts.hosts[1]
     wrong_port = run(ssh_hosts, "cluster", "keys", "--hosts", f"{h.target}:2299", *ssh_args(job))
@@ -343,12 +365,13 @@ def _cmdlines_with(text: str) -> list[int]:
     return found
 
 
+@pytest.mark.usefixtures("authorised")  # the job's key authorised, the host keys pinned
 def test_the_tiny_recipe_trains_across_the_three_hosts_through_snakemake(
     ssh_hosts: NetnsHosts,  # noqa: F811
     job: dict[str, str],
     repo: Path,
 ) -> None:
-    from test_workflow import TINY
+    from workflow_helpers import TINY
 
     work = Path(job["work"]) / "flow"
     work.mkdir()

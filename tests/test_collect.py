@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import python_env
-from test_train_launch import TINY, launch, scanned_val, two_splits
+from helpers import python_env
+from launch_helpers import TINY, launch, scanned_val, two_splits
 
 ROLES = ["scheduler-0", "server-0", "worker-0", "worker-1"]  # the plan's default: one server
 

@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import clipflow, python_env
+from helpers import clipflow, python_env
 
 from clipflow.errors import ClipflowError
 from clipflow.recipe import load_recipe

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import copy_workflow, python_env
-from test_data_kinetics_cli import CLASSES, FRAMES, TRAIN_LIST, VAL_LIST, make_kinetics_tree
+from helpers import copy_workflow, python_env
+from kinetics_helpers import CLASSES, FRAMES, TRAIN_LIST, VAL_LIST, make_kinetics_tree
 
 pytestmark = pytest.mark.workflow
 

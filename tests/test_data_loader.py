@@ -173,7 +173,7 @@ def test_pinned_memory_only_for_a_cuda_device_and_bad_settings_fail(videos):
 
 
 def test_training_with_two_loader_workers_runs_every_epoch(tmp_path, tiny_videos):
-    from test_train_launch import TINY, launch, two_splits
+    from launch_helpers import TINY, launch, two_splits
 
     splits = two_splits(tmp_path, tiny_videos)
     overrides = {**TINY, "train": {**TINY["train"], "epochs": 2, "loader_workers": 2}}

@@ -15,7 +15,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from test_data_sampling import read_counters  # the same 8-bar frame numbers, 128 x 64
+from video_helpers import read_counters  # the same 8-bar frame numbers, 128 x 64
 
 from clipflow.data.reader import SEEK_AFTER, FrameTable, PyAVReader, read_frames, runs
 from clipflow.errors import ClipflowError

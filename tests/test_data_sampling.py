@@ -2,7 +2,7 @@
 
 Each frame of these videos carries its index as 8 black or white bars (one bit each),
 so after decoding (with PyAV and with decord) the test reads which frames a clip really got. The
-expected indices come from a reference written here from GluonCV's VideoClsCustom
+expected indices come from a reference written from GluonCV's VideoClsCustom (tests/video_helpers.py)
 loop (offsets per mode, the walk along the span, jitter, fast then slow per segment),
 fed the same random generator as the dataset, and from PySlowFast's linspace rule.
 """
@@ -14,87 +14,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from video_helpers import HEIGHT, WIDTH, counter_frames, gluoncv_reference, numbered_set, read_counters
 
 from clipflow.data.dataset import SlowFastClips
-from clipflow.data.listfile import VideoEntry, write_list
 from clipflow.data.sampling import (
     ClipSpec,
     PySlowFastSpec,
     gluoncv_frame_list,
     pyslowfast_indices,
 )
-from clipflow.data.synthetic import write_video
 from clipflow.data.transforms import TransformSpec
 from clipflow.errors import ClipflowError
 
-WIDTH, HEIGHT, BITS = 128, 64, 8
 LENGTHS = {"short.mp4": 12, "medium.mp4": 40, "long.mp4": 150}
-
-
-def counter_frames(count: int) -> np.ndarray:
-    frames = np.zeros((count, HEIGHT, WIDTH, 3), dtype=np.uint8)
-    bar = WIDTH // BITS
-    for t in range(count):
-        for b in range(BITS):
-            if t >> b & 1:
-                frames[t, :, b * bar : (b + 1) * bar] = 255
-    return frames
-
-
-def read_counters(frames: np.ndarray) -> list[int]:
-    """The frame number each decoded (T, H, W, C) frame shows."""
-    bar = WIDTH // BITS
-    centres = frames[:, HEIGHT // 4 : 3 * HEIGHT // 4, :, :].mean(axis=(1, 3))  # (T, W)
-    bits = [centres[:, b * bar + bar // 4 : (b + 1) * bar - bar // 4].mean(axis=1) > 127 for b in range(BITS)]
-    return [sum(int(bits[b][t]) << b for b in range(BITS)) for t in range(len(frames))]
-
-
-def numbered_set(root: Path, lengths: dict[str, int], frames_of) -> Path:
-    """Videos ``name`` of ``count`` frames ``frames_of(count)`` (keyframe every 16) and their list ``all.lst``."""
-    for name, count in lengths.items():
-        write_video(root / name, frames_of(count), fps=30, keyframe_interval=16)
-    write_list(root / "all.lst", [VideoEntry(n, i, c) for i, (n, c) in enumerate(lengths.items())])
-    return root
 
 
 @pytest.fixture(scope="module")
 def counter_set(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return numbered_set(tmp_path_factory.mktemp("counters"), LENGTHS, counter_frames)
-
-
-def gluoncv_reference(num_frames: int, spec: ClipSpec, mode: str, rng: np.random.Generator | None) -> list[list[int]]:
-    """Per segment, fast then slow 0-based frames, as VideoClsCustom's decord SlowFast loader reads them
-    (``rng`` is drawn from in training only)."""
-    skip = spec.new_length * spec.new_step
-    if mode == "train":
-        average = (num_frames - skip + 1) // spec.num_segments
-        if average > 0:
-            offsets = [k * average + int(r) for k, r in enumerate(rng.integers(average, size=spec.num_segments))]
-        elif num_frames > max(spec.num_segments, skip):
-            offsets = sorted(int(r) for r in rng.integers(num_frames - skip + 1, size=spec.num_segments))
-        else:
-            offsets = [0] * spec.num_segments
-    else:
-        enough = num_frames > (spec.num_segments + skip - 1 if mode == "val" else skip - 1)
-        tick = (num_frames - skip + 1) / float(spec.num_segments)
-        offsets = [int(tick / 2.0 + tick * x) for x in range(spec.num_segments)] if enough else [0] * spec.num_segments
-    jitter = (
-        rng.integers(spec.new_step, size=skip // spec.new_step) if spec.temporal_jitter and mode == "train" else None
-    )
-    segments = []
-    for start in offsets:
-        offset, fast, slow = start + 1, [], []
-        for i in range(len(range(0, skip, spec.new_step))):
-            late = 0 if jitter is None else int(jitter[i])
-            frame_id = offset + late - 1 if offset + late <= num_frames else offset - 1
-            if (i + 1) % spec.fast_temporal_stride == 0:
-                fast.append(frame_id)
-                if (i + 1) % spec.slow_temporal_stride == 0:
-                    slow.append(frame_id)
-            if offset + spec.new_step < num_frames:
-                offset += spec.new_step
-        segments.append(fast + slow)
-    return segments
 
 
 SPECS = {
@@ -179,7 +116,7 @@ def test_bad_mode_is_named(counter_set: Path) -> None:
 def test_frames_command_prints_each_videos_frames_and_crop(counter_set: Path) -> None:
     import json
 
-    from conftest import clipflow
+    from helpers import clipflow
 
     from clipflow.data.build import build_dataset
     from clipflow.recipe import load_recipe
@@ -206,7 +143,7 @@ def test_frames_command_prints_each_videos_frames_and_crop(counter_set: Path) ->
 def test_frames_command_prints_every_test_view(counter_set: Path) -> None:
     import json
 
-    from conftest import clipflow
+    from helpers import clipflow
 
     from clipflow.data.build import build_dataset
     from clipflow.recipe import load_recipe

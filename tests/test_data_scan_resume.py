@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import python_env
+from helpers import python_env
 
 from clipflow.data.listfile import VideoEntry, write_list
 from clipflow.data.scan import scan

@@ -274,7 +274,7 @@ def read_bands(clip: torch.Tensor) -> list[int]:
 
 @pytest.fixture(scope="module")
 def band_set(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from test_data_sampling import numbered_set
+    from video_helpers import numbered_set
 
     return numbered_set(tmp_path_factory.mktemp("bands"), LENGTHS, band_frames)
 
@@ -315,7 +315,7 @@ def reader_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, list]:
 def gluoncv_test_frames(num_frames: int, segments: int, spec: ClipSpec) -> list[tuple[list[int], list[int]]]:
     """Per segment of VideoClsCustom's test sampling (_sample_test_indices), its (fast, slow) 0-based frames:
     the sampling tests' reference walk in test mode (which draws nothing at random)."""
-    from test_data_sampling import gluoncv_reference
+    from video_helpers import gluoncv_reference
 
     fast = spec.new_length // spec.fast_temporal_stride
     walk = gluoncv_reference(num_frames, replace(spec, num_segments=segments), "test", None)

@@ -11,9 +11,8 @@ import time
 
 import pytest
 import torch
-from conftest import python_env
-from test_train_images import cifar  # noqa: F401 (the CIFAR-format fixture)
-from test_train_launch import scanned_val
+from helpers import python_env
+from launch_helpers import scanned_val
 
 from clipflow.cluster.ports import free_port
 from clipflow.data.cifar.batches import CIFAR10_CLASSES
@@ -146,7 +145,7 @@ def test_one_process_form_and_a_ps_plan_give_the_same_numbers(tmp_path, video_ru
     assert a["loss"] == pytest.approx(b["loss"], abs=1e-6)
 
 
-def test_an_image_recipe_is_one_view_of_the_whole_image(tmp_path, cifar):  # noqa: F811
+def test_an_image_recipe_is_one_view_of_the_whole_image(tmp_path, cifar):
     model = save_untrained(tmp_path / "model.pt", "resnet18_cifar10", {})
     runs = {}
     for workers in (1, 2):

@@ -6,7 +6,7 @@ import hashlib
 import subprocess
 import sys
 
-from conftest import python_env
+from helpers import python_env
 
 
 def clipflow_logged(log, *args: str) -> subprocess.CompletedProcess:

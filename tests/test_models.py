@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 import torchvision.models
-from conftest import clipflow
+from helpers import clipflow
 
 from clipflow.errors import ClipflowError
 from clipflow.models import MODEL_NAMES, build_model, count_parameters, is_image_model, model_info

@@ -65,9 +65,12 @@ def test_each_host_has_its_own_home(ssh_hosts: NetnsHosts) -> None:  # noqa: F81
 
 def test_marker_lands_only_on_the_host_written_to(ssh_hosts: NetnsHosts) -> None:  # noqa: F811
     h = ssh_hosts
-    result = ssh(h, 1, "echo only-on-2 > ~/only2")
-    assert result.returncode == 0, result.stderr
-    assert [(host.home / "only2").exists() for host in h.hosts] == [False, True, False]
+    try:
+        result = ssh(h, 1, "echo only-on-2 > ~/only2")
+        assert result.returncode == 0, result.stderr
+        assert [(host.home / "only2").exists() for host in h.hosts] == [False, True, False]
+    finally:  # the homes as they were: test_each_host_has_its_own_home lists them
+        (h.hosts[1].home / "only2").unlink(missing_ok=True)
 
 
 def test_run_local_isolates_the_launcher_home(ssh_hosts: NetnsHosts) -> None:  # noqa: F811

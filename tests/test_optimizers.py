@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from test_ps_semantics import _msg
+from ps_cluster_helpers import _msg
 
 from clipflow.ps.optimizer import Adam, Optimizer, create
 from clipflow.ps.store import KeyValueStore

@@ -1,7 +1,7 @@
 """MXNet kvstore semantics on the parameter server: optimizer on the servers, 2-bit compression, PSSync.
 
 Unit tests first, then real scheduler/server/worker processes on loopback sockets
-(the Cluster of tests/test_ps.py; worker programs in tests/ps_semantics_helpers.py).
+(the Cluster of tests/ps_cluster_helpers.py; worker programs in tests/ps_semantics_helpers.py).
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_ps import Cluster
+from ps_cluster_helpers import Cluster, _msg
 
 from clipflow.ps.compression import TwoBitCompression, dequantize_2bit, pack_2bit, quantize_2bit
 from clipflow.ps.optimizer import SGD, KeySet
 from clipflow.ps.store import KeyValueStore
-from clipflow.ps.wire import Message, Op, decode, encode
+from clipflow.ps.wire import Message, Op
 
 TESTS = Path(__file__).resolve().parent
 HELPERS = TESTS / "ps_semantics_helpers.py"
@@ -125,11 +125,6 @@ def test_optimizer_matches_torch_sgd_with_changing_learning_rate(nesterov: bool)
         SGD.from_config({"name": "rmsprop"})
     assert 5 in KeySet.of(range(3, 9)) and 9 not in KeySet.of(range(3, 9)) and 1 in KeySet.of(None)
     assert KeySet.of([4, 1, 2, 3, 9]).to_wire() == [[1, 5], [9, 10]]
-
-
-def _msg(op: str, key: int, rank: int, arrays: list[np.ndarray], seq: int, **fields: object) -> Message:
-    # through the codec, like the server receives it (read-only arrays)
-    return decode([bytes(f) for f in encode(Message(op, {"key": key, "seq": seq, "rank": rank, **fields}, arrays))])
 
 
 def test_store_optimizes_merged_rounds_and_dequantizes_pushes() -> None:

@@ -16,18 +16,14 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-import test_ps
+from ps_cluster_helpers import TRANSPORT_HELPERS, Cluster, Proc, rounds
+from ps_cluster_helpers import base_env as env
 from ps_transport_helpers import ROUNDS
-from test_ps import Cluster, Proc
-from test_ps import base_env as env
-from test_ps_transport import TRANSPORT_HELPERS, rounds
 
 from clipflow.errors import ClipflowError
 from clipflow.ps import PSConfig
 from clipflow.ps.shm import SHM_DIR, Region, ServerRegions, available
 from clipflow.ps.wire import Message, Op, WireError
-
-make_cluster = test_ps.make_cluster  # the fixture, shared
 
 pytestmark = pytest.mark.skipif(not available(), reason="needs a writable /dev/shm and a kernel boot id")
 

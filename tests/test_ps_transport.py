@@ -1,23 +1,21 @@
 """Parameter-server transport: CURVE security, resend with duplicate suppression, fault injection.
 
 Unit tests first, then real scheduler/server/worker processes on 127.0.0.1 (the
-Cluster helper of tests/test_ps.py).
+Cluster helper of tests/ps_cluster_helpers.py).
 """
 
 from __future__ import annotations
 
 import signal
 import stat
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
-import test_ps
-from test_ps import HB_TIMEOUT, TESTS, Cluster, Proc
-from test_ps import base_env as env
+from ps_cluster_helpers import HB_TIMEOUT, Cluster, Proc, rounds
+from ps_cluster_helpers import base_env as env
 
 from clipflow.errors import ClipflowError
 from clipflow.ps import PSConfig
@@ -26,15 +24,6 @@ from clipflow.ps.reliable import ACK, PROBE, Dedup, Outbox
 from clipflow.ps.security import load_keys, make_keys
 from clipflow.ps.store import KeyValueStore
 from clipflow.ps.wire import Message, Op
-
-TRANSPORT_HELPERS = TESTS / "ps_transport_helpers.py"
-make_cluster = test_ps.make_cluster  # the fixture, shared
-
-
-def rounds(cluster: Cluster, name: str, **env: str) -> Proc:
-    """A worker running tests/ps_transport_helpers.py's ``rounds`` scenario."""
-    return cluster.start(name, "worker", [sys.executable, str(TRANSPORT_HELPERS), "rounds"], **env)
-
 
 # -- settings -----------------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import python_env
+from helpers import python_env
 
 from clipflow.cluster.remote_exec import MAX_LINE_BYTES, parse_request, request_line
 from clipflow.errors import ClipflowError

@@ -5,20 +5,17 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import clipflow
-from report_helpers import TAB_BLUE, colour_columns, embedded_figures, ink
+from helpers import clipflow
+from report_helpers import CHROMIUM, TAB_BLUE, colour_columns, embedded_figures, ink, screenshot
 
 from clipflow.errors import ClipflowError
 from clipflow.report.compare import comparisons
 from clipflow.report.page import ReportInputs, write_report
 from clipflow.report.scaling import scaling_points
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 NAMES = ["left", "right", "up", "down"]
 
 
@@ -186,17 +183,6 @@ def test_broken_inputs_are_named(tmp_path):
                     "--out-dir", str(out))  # fmt: skip
     assert done.returncode == 2
     assert "has no 'top1': is it the evaluate stage's output?" in done.stderr
-
-
-def screenshot(page: Path, out: Path, height: int = 6000) -> Path:
-    """``page`` as headless Chromium draws it, 1400 pixels wide."""
-    done = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--screenshot={out}",
-         f"--window-size=1400,{height}", page.resolve().as_uri()],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert done.returncode == 0 and out.exists(), done.stderr[-2000:]
-    return out
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium package is not installed (.ci/run installs it)")

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 import torch
-from conftest import python_env
+from helpers import python_env
 from job_helpers import tiny_job
-from test_train_launch import TINY, launch, two_splits
+from launch_helpers import TINY, launch, two_splits
 
 from clipflow.cluster.hostsfile import Host
 from clipflow.cluster.plan import make_plan

@@ -8,29 +8,12 @@ import re
 import subprocess
 import sys
 
-import pytest
 import torch
-from conftest import python_env
-from test_train_launch import launch, two_splits
-
-from clipflow.data.cifar.index import index_cifar
-from clipflow.data.cifar.synthetic import make_synthetic_cifar
-from clipflow.data.listfile import read_list, write_list
-from clipflow.data.splits import split_entries
+from helpers import python_env
+from launch_helpers import launch, two_splits
 
 # lr 0.002 at this test's global batch of 32 (2 workers x 16): enough to learn the synthetic set in 6 epochs
 SMALL = {"train": {"epochs": 6, "batch_size": 16, "base_lr": 0.002, "base_batch": 32, "eval_batch_size": 50}}
-
-
-@pytest.fixture(scope="module")
-def cifar(tmp_path_factory):
-    """200 train and 50 val synthetic images in CIFAR-10's format, indexed, the train list split over 2 workers."""
-    root = tmp_path_factory.mktemp("cifar")
-    make_synthetic_cifar(root / "batches", num_train=200, num_val=50, seed=0)
-    index_cifar(root / "batches", root / "index")
-    for rank, part in enumerate(split_entries(read_list(root / "index/train.lst"), 2, seed=0)):
-        write_list(root / "splits" / f"worker{rank}.lst", part)
-    return root
 
 
 def test_resnet18_cifar10_learns_on_ps_and_ddp_to_the_same_weights_and_evaluates(tmp_path, cifar):

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import python_env
+from helpers import python_env
 from job_helpers import tiny_job, tiny_job_dict, write_job_file
 
 from clipflow.errors import ClipflowError

@@ -2,7 +2,9 @@
 
 One scratch copy of the workflow runs four times: a run whose worker 1 is killed
 in epoch 2, a dry run that must plan only train and what follows, the rerun that
-resumes from the epoch-1 checkpoint, and a last run with nothing to do.
+resumes from the epoch-1 checkpoint, and a last run with nothing to do. These runs
+are module fixtures, each made after the one before it, so every test finds the
+runs it is about whatever order the tests run in.
 """
 
 from __future__ import annotations
@@ -10,34 +12,16 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import copy_workflow, python_env
+from helpers import copy_workflow
+from workflow_helpers import TINY, snakemake
 
 from clipflow.cluster.ports import free_port
 
 pytestmark = pytest.mark.workflow
-
-TINY = {
-    "data": {
-        "dir": "results/data/tiny",
-        "synthetic": {"num_train": 24, "num_val": 16, "min_frames": 24, "max_frames": 40, "short_side": 64},
-    },
-    "overrides": {
-        "train": {"epochs": 3, "batch_size": 4, "save_frequency": 1, "warmup_epochs": 0},
-        "data": {"new_length": 16, "new_width": 42, "new_height": 32, "input_size": 32},
-    },
-}
-
-
-def snakemake(workdir: Path, *args: str, env_extra: dict | None = None, timeout: int = 600):
-    cmd = [sys.executable, "-m", "snakemake", "--cores", "1", *args, "--configfile", "tiny.yaml"]
-    env = {**python_env(), **(env_extra or {})}
-    return subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def planned_jobs(dry_run_output: str) -> dict[str, int]:
@@ -73,33 +57,64 @@ def workdir(tmp_path_factory) -> Path:
     return work
 
 
-def test_killed_worker_fails_the_rule_naming_its_rank(workdir):
+@pytest.fixture(scope="module")
+def killed_run(workdir) -> dict:
+    """The first run, worker 1 killed in epoch 2: its output, how long it took, and what it left behind (the
+    launcher's log, processes, checkpoints), read at once, before the rerun changes them."""
     began = time.monotonic()
     done = snakemake(workdir, "train_slowfast", env_extra={"CLIPFLOW_FAULT_KILL": "1:2:1"})
+    took = time.monotonic() - began
+    launcher_log = workdir / "logs/tiny/train.log"
+    return {
+        "done": done,
+        "took": took,
+        "launcher_log": launcher_log.read_text() if launcher_log.exists() else "",
+        "processes": processes_mentioning(str(workdir)),
+        "checkpoints": list((workdir / "results/tiny/checkpoints").rglob("epoch_*.pt")),
+    }
+
+
+@pytest.fixture(scope="module")
+def dry_run_after_the_failure(workdir, killed_run):
+    return snakemake(workdir, "-n", "train_slowfast")
+
+
+@pytest.fixture(scope="module")
+def rerun(workdir, dry_run_after_the_failure):
+    return snakemake(workdir, "train_slowfast")
+
+
+@pytest.fixture(scope="module")
+def second_run(workdir, rerun):
+    return snakemake(workdir, "train_slowfast")
+
+
+def test_killed_worker_fails_the_rule_naming_its_rank(workdir, killed_run):
+    done = killed_run["done"]
     out = done.stdout + done.stderr
     assert done.returncode != 0, out
     assert "fault injection: killing this worker at epoch 2" in out
     assert "worker 1 on localhost failed (killed by signal SIGKILL)" in out
     stopped = re.search(r"stopped the 3 other running processes in ([\d.]+) s", out)
     assert stopped and float(stopped.group(1)) < 30, out
-    launcher_log = (workdir / "logs/tiny/train.log").read_text()
+    launcher_log = killed_run["launcher_log"]
     assert "worker 1 on localhost failed" in launcher_log
-    assert time.monotonic() - began < 300
-    assert processes_mentioning(str(workdir)) == []
-    checkpoints = list((workdir / "results/tiny/checkpoints").rglob("epoch_*.pt"))
+    assert killed_run["took"] < 300
+    assert killed_run["processes"] == []
+    checkpoints = killed_run["checkpoints"]
     assert [p.name for p in checkpoints] == ["epoch_0001.pt"]
 
 
-def test_dry_run_after_the_failure_plans_only_train_and_what_follows(workdir):
-    done = snakemake(workdir, "-n", "train_slowfast")
+def test_dry_run_after_the_failure_plans_only_train_and_what_follows(dry_run_after_the_failure):
+    done = dry_run_after_the_failure
     assert done.returncode == 0, done.stdout + done.stderr
     jobs = planned_jobs(done.stdout)
     assert jobs == {"train": 1, "collect": 1, "evaluate": 1, "report": 1, "train_slowfast": 1}
     assert "Missing output files" in done.stdout
 
 
-def test_rerun_resumes_from_the_epoch_1_checkpoint(workdir):
-    done = snakemake(workdir, "train_slowfast")
+def test_rerun_resumes_from_the_epoch_1_checkpoint(workdir, rerun):
+    done = rerun
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
     log = (workdir / "logs/tiny/train/worker-0.log").read_text()
@@ -130,12 +145,13 @@ def test_rerun_resumes_from_the_epoch_1_checkpoint(workdir):
     assert {"model", "checkpoint"} <= {f["kind"] for f in collected["files"]}
 
 
-def test_second_run_has_nothing_to_do(workdir):
-    done = snakemake(workdir, "train_slowfast")
+def test_second_run_has_nothing_to_do(second_run):
+    done = second_run
     assert done.returncode == 0
     assert "Nothing to be done" in done.stdout + done.stderr
 
 
+@pytest.mark.usefixtures("second_run")  # the runs above are over before the data set changes
 def test_broken_video_in_the_scanned_set_is_left_out(workdir):
     """A truncated mp4 added to the labels: the scan keeps the others and lists it in the manifest."""
     data = workdir / "results/data/tiny"

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import copy_workflow, python_env
+from helpers import copy_workflow, python_env
 
 from clipflow.cluster.ports import free_port
 

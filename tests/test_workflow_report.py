@@ -9,10 +9,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import copy_workflow
-from report_helpers import TAB_BLUE, colour_columns, embedded_figures, ink
-from test_report import CHROMIUM, screenshot
-from test_workflow import TINY, snakemake
+from helpers import copy_workflow
+from report_helpers import CHROMIUM, TAB_BLUE, colour_columns, embedded_figures, ink, screenshot
+from workflow_helpers import TINY, snakemake
 
 from clipflow.cluster.ports import free_port
 

@@ -1,0 +1,37 @@
+"""Plain helpers shared by many test modules: the repository's root, the environment for subprocesses,
+``python -m clipflow`` as a subprocess, and a scratch copy of the workflow for a real Snakemake run."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def copy_workflow(work: Path) -> Path:
+    """A copy of the workflow (Snakefile, config, rules, recipes) in ``work``, for a real Snakemake run there."""
+    for name in ("Snakefile", "config.yaml", "environment.yml", "workflow", "recipes"):
+        src = REPO / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, work / name)
+    (work / "profiles").symlink_to("workflow/profiles")
+    return work
+
+
+def clipflow(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python -m clipflow ARGS`` with :func:`python_env`, output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "clipflow", *args], env=python_env(), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def python_env() -> dict[str, str]:
+    """Environment for subprocesses: this interpreter's venv first on PATH, progress bars off."""
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["CLIPFLOW_NO_PROGRESS"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    return env

@@ -1,0 +1,27 @@
+"""The whole workflow through real Snakemake on the tiny synthetic set (test_workflow, test_workflow_report,
+test_cluster_hosts): its config (TINY, written to tiny.yaml in a copy of the workflow) and a Snakemake run there."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from helpers import python_env
+
+TINY = {
+    "data": {
+        "dir": "results/data/tiny",
+        "synthetic": {"num_train": 24, "num_val": 16, "min_frames": 24, "max_frames": 40, "short_side": 64},
+    },
+    "overrides": {
+        "train": {"epochs": 3, "batch_size": 4, "save_frequency": 1, "warmup_epochs": 0},
+        "data": {"new_length": 16, "new_width": 42, "new_height": 32, "input_size": 32},
+    },
+}
+
+
+def snakemake(workdir: Path, *args: str, env_extra: dict | None = None, timeout: int = 600):
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "1", *args, "--configfile", "tiny.yaml"]
+    env = {**python_env(), **(env_extra or {})}
+    return subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
