@@ -12,6 +12,7 @@ import torch
 from helpers import python_env
 from launch_helpers import TINY, launch, scanned, scanned_val, two_splits
 
+from clipflow.cluster.ports import free_port
 from clipflow.data.listfile import VideoEntry, read_list, write_list
 
 
