@@ -10,6 +10,7 @@ import sys
 import pytest
 from helpers import python_env
 from job_helpers import tiny_job, tiny_job_dict, write_job_file
+from launch_helpers import launch, two_splits
 
 from clipflow.errors import ClipflowError
 from clipflow.train.job import TrainJob
@@ -134,3 +135,22 @@ def test_a_job_file_and_the_flags_that_make_one_are_not_mixed(tmp_path):
 def test_the_job_made_from_flags_is_checked_once_before_anything_starts(tmp_path):
     with pytest.raises(ClipflowError, match=r"job: seed: 'zero' is not of type 'integer'"):
         TrainJob.from_dict({**tiny_job_dict(tmp_path), "seed": "zero"})
+
+
+def test_a_run_relaunched_from_its_job_file_resumes_from_its_checkpoint(tmp_path, tiny_videos):
+    """`train launch` wrote job.json beside the checkpoints; `train launch --job` with that file alone starts the
+    same run again: it resumes from the last checkpoint (nothing left to train) and writes the model again."""
+    splits = two_splits(tmp_path, tiny_videos)
+    first = launch(tmp_path, tiny_videos, splits)
+    assert first.returncode == 0, first.stdout + first.stderr
+    job = tmp_path / "ckpt" / "job.json"
+    written = json.loads(job.read_text())
+    assert written["paths"]["splits_dir"] == str(splits) and written["recipe"]["train"]["epochs"] == 1
+    (tmp_path / "model.pt").unlink()
+    again = subprocess.run(
+        [sys.executable, "-m", "clipflow", "train", "launch", "--job", str(job), "--log-dir", str(tmp_path / "again")],
+        env={**python_env(), "CLIPFLOW_HEARTBEAT_TIMEOUT": "10"}, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "resumed from checkpoint" in again.stdout and "(epoch 1, step 2)" in again.stdout
+    assert (tmp_path / "model.pt").exists() and json.loads(job.read_text()) == written
