@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 
 from clipflow.errors import ClipflowError
@@ -20,6 +21,13 @@ def json_object(text: str, flag: str = "--overrides") -> dict:
     if not isinstance(value, dict):
         raise ClipflowError(f"{flag} must be a JSON object")
     return value
+
+
+def launched(code: int, what: str, hint: str) -> int:
+    """A launch's exit code, after one line naming the failure when it failed."""
+    if code:
+        print(f"clipflow: error: {what} failed (exit {code}); {hint}", file=sys.stderr)
+    return code
 
 
 def host_args(p: argparse.ArgumentParser) -> None:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
+from clipflow.cli.args import launched
 from clipflow.errors import ClipflowError
 
 
@@ -31,10 +31,7 @@ def cmd_launch(a: argparse.Namespace) -> int:
 
     _need(a)
     code = launch_evaluation(a.plan, a.model, a.list, a.root, a.out, a.batch_size, a.log_dir, a.grace)
-    if code:
-        print(f"clipflow: error: evaluation failed (exit {code}); see the workers' logs in {a.log_dir}",
-              file=sys.stderr)  # fmt: skip
-    return code
+    return launched(code, "evaluation", f"see the workers' logs in {a.log_dir}")
 
 
 def cmd_worker(a: argparse.Namespace) -> int:

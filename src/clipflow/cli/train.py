@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
-from clipflow.cli.args import json_object
+from clipflow.cli.args import json_object, launched
 from clipflow.errors import ClipflowError
 from clipflow.schemas import config_defaults
 
@@ -59,11 +58,8 @@ def job_from_args(a: argparse.Namespace):
 def cmd_launch(a: argparse.Namespace) -> int:
     from clipflow.train.launch import launch_training
 
-    code = launch_training(job_from_args(a), a.log_dir, a.grace)
-    if code:
-        print(f"clipflow: error: training failed (exit {code}); rerun to resume from the last checkpoint",
-              file=sys.stderr)  # fmt: skip
-    return code
+    return launched(launch_training(job_from_args(a), a.log_dir, a.grace), "training",
+                    "rerun to resume from the last checkpoint")  # fmt: skip
 
 
 def cmd_worker(a: argparse.Namespace) -> int:
