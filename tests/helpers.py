@@ -1,5 +1,6 @@
 """Plain helpers shared by many test modules: the repository's root, the environment for subprocesses,
-``python -m clipflow`` as a subprocess, and a scratch copy of the workflow for a real Snakemake run."""
+``python -m clipflow`` as a subprocess, a scratch copy of the workflow for a real Snakemake run, and the check that
+a command refused bad input with one clear line."""
 
 from __future__ import annotations
 
@@ -35,3 +36,16 @@ def python_env() -> dict[str, str]:
     env["CLIPFLOW_NO_PROGRESS"] = "1"
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+def assert_refused(done: subprocess.CompletedProcess, *names: str, status: int = 2) -> str:
+    """``done`` exited ``status`` (2, a refused input, unless told) with one ``clipflow: error:`` line naming every
+    one of ``names``, and no traceback; that line."""
+    output = done.stdout + done.stderr
+    assert done.returncode == status, output
+    assert "Traceback" not in output, output
+    errors = [line for line in done.stderr.splitlines() if line.startswith("clipflow: error: ")]
+    assert len(errors) == 1, output
+    for name in names:
+        assert name in errors[0], (name, errors[0])
+    return errors[0]
