@@ -46,7 +46,8 @@ def test_security_settings(tmp_path: Path) -> None:
     cfg = PSConfig.from_env(env(DMLC_PS_ROOT_URI="10.1.2.3", DMLC_NODE_HOST="10.1.2.4", CLIPFLOW_PS_KEYS=str(keys)))
     assert (cfg.security, cfg.keys_dir) == ("curve", str(keys))
     assert len(load_keys(str(keys)).server_public) == 40  # Z85
-    assert PSConfig.from_env(env(CLIPFLOW_PS_SECURITY="none", DMLC_PS_ROOT_URI="10.1.2.3")).security == "none"
+    none = PSConfig.from_env(env(CLIPFLOW_PS_SECURITY="none", DMLC_PS_ROOT_URI="10.1.2.3", CLIPFLOW_PS_INSECURE="1"))
+    assert (none.security, none.insecure) == ("none", True)  # beyond loopback only with the opt-in (test_ps_badinput)
 
 
 def test_resend_settings() -> None:

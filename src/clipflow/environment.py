@@ -161,6 +161,10 @@ VARIABLES = (
              lambda env, name: choice_var(env, name, SECURITY_MODES, "auto")),
     Variable("CLIPFLOW_PS_KEYS", "ps_keys", "", "launcher",
              "the CURVE key folder (`python -m clipflow ps keys DIR`), on every node", _path),
+    Variable("CLIPFLOW_PS_INSECURE", "ps_insecure", "0", "you",
+             "1: accept `none` security (`cluster.security: none`) with the scheduler or a server beyond loopback: "
+             "unencrypted, unauthenticated traffic, and every node warns; refused otherwise",
+             lambda env, name: bool(int_var(env, name, "1 (allow security none beyond loopback) or 0", 0, 1, 0))),
     Variable("CLIPFLOW_PS_SHM", "ps_shm", "1", "you",
              "1 / 0: a worker and a server on the same machine pass arrays through shared memory",
              _switch("shared memory between nodes on one machine")),
@@ -220,6 +224,7 @@ class ClipflowEnv:
     startup_timeout: float = 120.0
     ps_security: str = "auto"
     ps_keys: Path | None = None
+    ps_insecure: bool = False
     ps_shm: bool = True
     ps_shm_min_bytes: int = 65536
     ps_malloc_tune: bool = True

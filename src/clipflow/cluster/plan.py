@@ -20,10 +20,10 @@ from pathlib import Path
 from clipflow.cluster.hostsfile import Host, hosts_from_config, parse_host, read_hosts_file
 from clipflow.cluster.ports import port_free
 from clipflow.cluster.ssh import SshSettings
-from clipflow.environment import SECURITY_MODES
+from clipflow.environment import SECURITY_MODES, read_env
 from clipflow.errors import ClipflowError
 from clipflow.ps.env import is_loopback
-from clipflow.ps.security import make_keys
+from clipflow.ps.security import insecure_refusal, make_keys
 
 LOCAL_NAMES = {"localhost", "127.0.0.1", "::1"}
 LAUNCHERS = ("local", "ssh", "slurm")
@@ -185,6 +185,30 @@ def check_ports(plan: Plan) -> None:
         )
 
 
+def insecure_addresses(plan: Plan) -> list[str]:
+    """With ``cluster.security: none``, the plan's addresses beyond loopback (none: all traffic stays local)."""
+    if plan.security != "none":
+        return []
+    return sorted({a for a in (plan.root_uri, *(r.address for r in plan.roles)) if not is_loopback(a)})
+
+
+def check_security(plan: Plan, environ: Mapping[str, str] | None = None) -> None:
+    """``cluster.security: none`` with roles beyond loopback needs CLIPFLOW_PS_INSECURE=1 in ``environ`` (default:
+    this process's environment), and then prints a warning; otherwise it is refused, naming the risk."""
+    exposed = insecure_addresses(plan)
+    if not exposed:
+        return
+    where = f"the plan's addresses {', '.join(exposed)}" if len(exposed) > 1 else f"the plan's address {exposed[0]}"
+    if not read_env(environ).ps_insecure:
+        fix = "Use cluster.security: auto or curve (the cluster stage makes the job's keys)"
+        raise ClipflowError(insecure_refusal("cluster.security is none", where, fix))
+    print(
+        f"clipflow: warning: cluster.security: none with {where} beyond loopback, allowed by CLIPFLOW_PS_INSECURE=1: "
+        "parameter-server messages are neither encrypted nor authenticated",
+        file=sys.stderr,
+    )
+
+
 def plan_hosts(hosts_file: str, hosts: str, launcher: str = "", environ: Mapping[str, str] = os.environ) -> list[Host]:
     """The hosts a command names: the hosts file, else ``hosts`` (comma-separated), else localhost for the local
     launcher or the allocation's nodes for the Slurm one."""
@@ -216,11 +240,12 @@ def ssh_fields(launcher: str, settings: SshSettings, python: str, workdir: str) 
 
 def create_plan(out: str | Path, launcher: str, hosts: list[Host], num_workers: int, num_servers: int,
                 root_port: int, heartbeat_timeout: float, security: str, placement: str,
-                ssh: dict[str, str]) -> Plan:  # fmt: skip
-    """The plan of these settings (CURVE keys, when needed, in ps_keys/ beside ``out``), its scheduler's port
-    checked, written to ``out``."""
+                ssh: dict[str, str], environ: Mapping[str, str] | None = None) -> Plan:  # fmt: skip
+    """The plan of these settings (CURVE keys, when needed, in ps_keys/ beside ``out``), its security
+    (:func:`check_security`, with ``environ``) and its scheduler's port checked, written to ``out``."""
     plan = make_plan(launcher, hosts, num_workers, num_servers, root_port, heartbeat_timeout, security,
                      Path(out).parent / "ps_keys", placement, ssh)  # fmt: skip
+    check_security(plan, environ)
     check_ports(plan)
     plan.write(out)
     return plan

@@ -29,7 +29,7 @@ import zmq
 from clipflow.errors import CommError
 from clipflow.ps.log import Log
 from clipflow.ps.reliable import ACK, Outbox, describe_request
-from clipflow.ps.transport import Channel
+from clipflow.ps.transport import INVALID_OP, Channel
 from clipflow.ps.wire import Message, Op
 
 POLL_MS = 100
@@ -152,7 +152,9 @@ class Customer:
             return
         msg = got[1]
         seq = msg.get("seq")
-        if not isinstance(seq, int):
+        if msg.op == INVALID_OP:
+            self._log.error(f"dropped a message from {channel.name}: {msg.get('reason')}")
+        elif not isinstance(seq, int):
             self._log.error(f"ignoring a {msg.op} from {channel.name} without a seq: {msg.get('reason', '')}")
         elif msg.op == ACK:
             self._outbox.acked(server, seq)

@@ -4,6 +4,8 @@ MXNET_*) and from clipflow's own (CLIPFLOW_*, read by :mod:`clipflow.environment
 Security (see :mod:`clipflow.ps.security`)
     ``CLIPFLOW_PS_SECURITY`` = ``curve`` | ``none`` | ``auto`` (default ``auto``: ``curve``
     whenever DMLC_PS_ROOT_URI is not a loopback address, ``none`` on loopback).
+    ``none`` while the scheduler, or this server, is not on a loopback address needs
+    ``CLIPFLOW_PS_INSECURE=1`` as well (:attr:`PSConfig.insecure`; every node then warns).
     ``CLIPFLOW_PS_KEYS`` = the key folder made by ``python -m clipflow ps keys DIR``
     (:func:`clipflow.ps.security.make_keys`); needed, and copied to every node, with ``curve``.
 
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -44,8 +47,10 @@ from clipflow.environment import (
     required_var,
 )
 from clipflow.errors import ClipflowError
+from clipflow.ps.security import insecure_refusal
 
 ROLES = ("scheduler", "server", "worker")
+HOST = re.compile(r"[A-Za-z0-9._:%\[\]-]{1,255}")  # a host name, an IPv4 or IPv6 address (with a zone)
 DEFAULT_BIGARRAY_BOUND = 1_000_000
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 
@@ -70,6 +75,7 @@ class PSConfig:
     startup_timeout: float = ClipflowEnv.startup_timeout
     security: str = "none"
     keys_dir: str | None = None
+    insecure: bool = False  # security none beyond loopback, allowed by CLIPFLOW_PS_INSECURE=1: nodes warn
     resend: bool = False
     resend_timeout: float = 1.0
     drop_percent: float = ClipflowEnv.ps_drop_percent
@@ -101,7 +107,15 @@ class PSConfig:
         rank = _rank(env, role, num_server, num_worker)
         clipflow = read_env(env)
         node_host = optional_var(env, "DMLC_NODE_HOST") or default_node_host(root_uri)
+        if not HOST.fullmatch(node_host):
+            raise ClipflowError(
+                f"DMLC_NODE_HOST must be the host name or IP address other nodes reach this one at; got {node_host!r}"
+            )
         security, keys_dir = _security(clipflow, root_uri)
+        exposed = _exposed(security, role, root_uri, node_host)
+        if exposed and not clipflow.ps_insecure:
+            fix = "Use CLIPFLOW_PS_SECURITY=curve (or auto) with the job's key folder in CLIPFLOW_PS_KEYS"
+            raise ClipflowError(insecure_refusal("CLIPFLOW_PS_SECURITY=none", exposed, fix))
         resend = int_var(env, "PS_RESEND", "0 (off) or 1 (resend unanswered requests)", low=0, high=1, default=0)
         resend_ms = float_var(
             env, "PS_RESEND_TIMEOUT", "milliseconds before an unanswered request is resent, a number > 0", 1000.0
@@ -122,6 +136,7 @@ class PSConfig:
             startup_timeout=clipflow.startup_timeout,
             security=security,
             keys_dir=keys_dir,
+            insecure=bool(exposed),
             resend=bool(resend),
             resend_timeout=resend_ms / 1000.0,
             drop_percent=clipflow.ps_drop_percent,
@@ -165,6 +180,18 @@ def _rank(env: Mapping[str, str], role: str, num_server: int, num_worker: int) -
     if raw is None:
         return None
     return int_var(env, "DMLC_RANK", what, low=0, high=count - 1)
+
+
+def _exposed(security: str, role: str, root_uri: str, node_host: str) -> str | None:
+    """Without security, the address beyond loopback this node would talk over (the scheduler's, or a server's
+    own, which it listens on), named for a message; None when all its traffic stays on loopback."""
+    if security != "none":
+        return None
+    if not is_loopback(root_uri):
+        return f"the scheduler's address DMLC_PS_ROOT_URI={root_uri}"
+    if role == "server" and not is_loopback(node_host):
+        return f"this server's address DMLC_NODE_HOST={node_host}"
+    return None
 
 
 def _security(clipflow: ClipflowEnv, root_uri: str) -> tuple[str, str | None]:

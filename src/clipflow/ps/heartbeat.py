@@ -30,7 +30,7 @@ from clipflow.ps.env import PSConfig
 from clipflow.ps.exitcodes import ABORTED
 from clipflow.ps.log import Log, print_abort
 from clipflow.ps.security import Keys
-from clipflow.ps.transport import Channel, connect, make_socket
+from clipflow.ps.transport import INVALID_OP, Channel, connect, make_socket
 from clipflow.ps.wire import Message, Op
 
 POLL_S = 0.05
@@ -110,6 +110,8 @@ class Heartbeat(threading.Thread):
                     elif msg.op == Op.ABORT:
                         self._abort(str(msg.get("reason", "the scheduler aborted the job")))
                         return
+                    elif msg.op == INVALID_OP:
+                        self.log.error(f"dropped a message from the scheduler: {msg.get('reason')}")
                 limit = cfg.heartbeat_timeout if last_answer is not None else cfg.startup_timeout
                 since = last_answer if last_answer is not None else started
                 if now - since > limit and not self._halt.is_set():

@@ -253,7 +253,10 @@ class KVStore:
         self._check_open()
         seqs = [self._customer.request(r) for r in self._every_server(Op.STATS)]
         replies = self._customer.wait(seqs)
-        return [{int(k): int(n) for k, n in replies[seq]["keys"].items()} for seq in seqs]
+        try:
+            return [{int(k): int(n) for k, n in replies[seq]["keys"].items()} for seq in seqs]
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise CommError(f"a server sent a bad {Op.STATS} reply: {exc}") from None
 
     # -- optimizer on the servers (update_on_kvstore) and gradient compression ------------------
 
@@ -542,7 +545,8 @@ class KVStore:
         replies = self._customer.wait(seqs)
         for seq, (target, part) in seqs.items():
             msg = replies[seq]
-            shared = self._shared.get(msg.get("key")) if msg.get("shm") else None
+            key = msg.get("key")
+            shared = self._shared.get(key) if msg.get("shm") and isinstance(key, int) else None
             data = shared.view(part) if shared is not None else (msg.arrays[0] if len(msg.arrays) == 1 else None)
             if msg.op != Op.VALUE or data is None or data.size != part.size:
                 raise CommError(

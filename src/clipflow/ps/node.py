@@ -12,6 +12,7 @@ PS_RESEND_TIMEOUT until answered (the scheduler handles repeats idempotently).
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import time
 from collections.abc import Callable
@@ -20,15 +21,18 @@ from dataclasses import dataclass
 import zmq
 
 from clipflow.errors import ClipflowError, JobAborted
-from clipflow.ps.env import PSConfig
+from clipflow.ps.env import HOST, PSConfig
 from clipflow.ps.heartbeat import Heartbeat, exit_process
 from clipflow.ps.log import Log
-from clipflow.ps.security import keys_for, start_authenticator, stop_authenticator
+from clipflow.ps.security import insecure_warning, keys_for, start_authenticator, stop_authenticator
 from clipflow.ps.shm import machine_id
-from clipflow.ps.transport import Channel, connect, make_context, make_socket
-from clipflow.ps.wire import Message, Op, WireError
+from clipflow.ps.transport import INVALID_OP, Channel, connect, make_context, make_socket
+from clipflow.ps.wire import Message, Op, WireError, shown
 
 POLL_S = 0.1
+NODE_ROLES = ("server", "worker")
+MACHINE = re.compile(r"[A-Za-z0-9-]{0,64}")  # a kernel boot id (clipflow.ps.shm.machine_id), or ''
+UID = re.compile(r"[A-Za-z0-9._:%\[\]-]{1,400}")  # NodeLink.uid
 
 
 def ctrl_identity(uid: str) -> bytes:
@@ -39,9 +43,47 @@ def hb_identity(uid: str) -> bytes:
     return f"{uid}/h".encode()
 
 
-def uid_of(identity: bytes) -> str:
-    """The node uid behind either of its socket identities."""
-    return identity.decode("utf-8", "replace").rsplit("/", 1)[0]
+def member_uid(identity: bytes) -> str | None:
+    """The node uid behind a control (``<uid>/c``) or heartbeat (``<uid>/h``) socket identity; None for any
+    other identity (a socket that is no clipflow node's)."""
+    uid, sep, kind = identity.decode("utf-8", "replace").rpartition("/")
+    return uid if sep and uid and kind in ("c", "h") else None
+
+
+def data_identity(uid: str, server_rank: int) -> bytes:
+    """A worker's socket identity towards server ``server_rank``."""
+    return f"{uid}/d{server_rank}".encode()
+
+
+@dataclass(frozen=True)
+class Registration:
+    """What a server or worker tells the scheduler in its REGISTER."""
+
+    role: str
+    host: str
+    port: int | None
+    rank: int | None
+    machine: str = ""
+
+    @classmethod
+    def from_message(cls, msg: Message) -> Registration:
+        """The registration in ``msg``; WireError naming the field when it is not one a node sends."""
+        role = msg.text("role")
+        if role not in NODE_ROLES:
+            raise WireError(f"{Op.REGISTER}: role must be 'server' or 'worker', got {shown(role)}")
+        port = msg.integer("port", 1, 65535, default=None)
+        if role == "server" and port is None:
+            raise WireError(f"{Op.REGISTER}: a server must give the port it serves on")
+        return cls(
+            role,
+            msg.text("host", HOST),
+            port,
+            msg.integer("rank", 0, default=None),
+            msg.text("machine", MACHINE, default=""),
+        )
+
+    def to_fields(self) -> dict[str, object]:
+        return {"role": self.role, "host": self.host, "port": self.port, "rank": self.rank, "machine": self.machine}
 
 
 @dataclass(frozen=True)
@@ -60,22 +102,33 @@ class Welcome:
     num_server: int
     num_worker: int
     servers: tuple[ServerAddress, ...]
+    workers: tuple[str, ...] = ()  # to a server: the workers' uids by rank, so it serves them and no one else
 
     @classmethod
     def from_message(cls, msg: Message) -> Welcome:
         try:
             servers = tuple(ServerAddress(int(r), str(h), int(p), str(m)) for r, h, p, m in msg["servers"])
-            return cls(int(msg["rank"]), int(msg["num_server"]), int(msg["num_worker"]), servers)
+            workers = msg.get("workers") or []
+            if not isinstance(workers, list) or not all(isinstance(w, str) and UID.fullmatch(w) for w in workers):
+                raise ValueError(f"workers must be a list of uids, got {shown(workers)}")
+            return cls(int(msg["rank"]), int(msg["num_server"]), int(msg["num_worker"]), servers, tuple(workers))
         except (TypeError, ValueError) as exc:
             raise WireError(f"bad {Op.WELCOME} from the scheduler: {exc}") from None
 
     def to_fields(self) -> dict[str, object]:
-        return {
+        fields: dict[str, object] = {
             "rank": self.rank,
             "num_server": self.num_server,
             "num_worker": self.num_worker,
             "servers": [[s.rank, s.host, s.port, s.machine] for s in self.servers],
         }
+        if self.workers:
+            fields["workers"] = list(self.workers)
+        return fields
+
+    def worker_identities(self) -> dict[bytes, int]:
+        """To a server: each worker's socket identity towards it, and that worker's rank."""
+        return {data_identity(uid, self.rank): rank for rank, uid in enumerate(self.workers)}
 
 
 class NodeLink:
@@ -86,6 +139,8 @@ class NodeLink:
         self.role = role
         self.log = log
         self.uid = f"{role}-{cfg.node_host}-{os.getpid()}-{secrets.token_hex(4)}"
+        if cfg.insecure:
+            log.error(insecure_warning(cfg.root_uri, cfg.root_port))
         self.keys = keys_for(cfg.security, cfg.keys_dir)
         self.ctx = make_context(malloc_tune=cfg.malloc_tune)
         self.auth = start_authenticator(self.ctx, self.keys) if role == "server" else None
@@ -109,7 +164,7 @@ class NodeLink:
         deadline = time.monotonic() + cfg.startup_timeout
         registered = False
         sent_at = 0.0
-        fields = {"role": self.role, "host": cfg.node_host, "port": port, "rank": cfg.rank, "machine": machine_id()}
+        fields = Registration(self.role, cfg.node_host, port, cfg.rank, machine_id()).to_fields()
         while True:
             self.check_abort()
             remaining = deadline - time.monotonic()
@@ -211,4 +266,7 @@ class NodeLink:
     def _unexpected(self, msg: Message) -> None:
         if msg.op == Op.ABORT:
             raise JobAborted(str(msg.get("reason", "the scheduler aborted the job")))
+        if msg.op == INVALID_OP:
+            self.log.error(f"dropped a message from the {self.scheduler}: {msg.get('reason')}")
+            return
         self.log.info(f"ignoring unexpected {msg.op} from the scheduler")

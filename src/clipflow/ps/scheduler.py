@@ -15,6 +15,16 @@ keys never gets a message through, so it cannot register (nor disturb the job). 
 PS_RESEND=1 nodes repeat REGISTER and BARRIER until answered: a repeated REGISTER after
 the welcome gets the welcome again, a repeated BARRIER of a released barrier gets its
 BARRIER_DONE again (it never opens a new barrier).
+
+Members and strangers. A member is a registered node, known by its two socket identities
+(``<uid>/c``, ``<uid>/h``); the uid a message carries must be its socket's. Only a member's
+failure ends the job: a malformed message, a REGISTER that is not one a node sends (an unknown
+role, a bad port...), or any other message from a socket that is no member's (a forged FAIL or
+DONE) is dropped and logged with the sender's address (:meth:`Channel.reject`). A well-formed
+REGISTER that conflicts with the others (a rank asked twice, one node too many) is a
+misconfigured job while it starts, and ends it as before; once the job runs, the newcomer is
+refused (told with ABORT) and the job goes on. Without security, any local process can still
+register during startup as one of the nodes: that is what CURVE is for.
 """
 
 from __future__ import annotations
@@ -26,12 +36,12 @@ import zmq
 from clipflow.ps.env import PSConfig
 from clipflow.ps.exitcodes import ABORTED
 from clipflow.ps.log import Log, print_abort
-from clipflow.ps.node import ServerAddress, Welcome, ctrl_identity, hb_identity, uid_of
+from clipflow.ps.node import Registration, ServerAddress, Welcome, ctrl_identity, hb_identity, member_uid
 from clipflow.ps.registry import Node, Registry, RegistryError
-from clipflow.ps.security import keys_for, start_authenticator, stop_authenticator
+from clipflow.ps.security import insecure_warning, keys_for, start_authenticator, stop_authenticator
 from clipflow.ps.signals import Terminated, sigterm_raises
 from clipflow.ps.transport import INVALID_OP, Channel, bind, make_context, make_socket
-from clipflow.ps.wire import Message, Op
+from clipflow.ps.wire import Message, Op, WireError, shown
 
 POLL_S = 0.05
 FLUSH_S = 1.0  # how long queued ABORT/SHUTDOWN messages get to leave before the socket closes
@@ -48,6 +58,8 @@ class _Abort(Exception):
 def run_scheduler(cfg: PSConfig) -> int:
     """Run the scheduler until all workers are done (0) or the job is aborted (1)."""
     log = Log("scheduler", cfg.verbose)
+    if cfg.insecure:
+        log.error(insecure_warning(cfg.root_uri, cfg.root_port))
     keys = keys_for(cfg.security, cfg.keys_dir)
     ctx = make_context()
     auth = start_authenticator(ctx, keys)
@@ -85,6 +97,7 @@ class Scheduler:
                     peer, msg = got
                     assert peer is not None
                     if self._handle(peer, msg, now):
+                        self.channel.drops.summary()
                         return 0
                 self._check_liveness(now, deadline)
         except (_Abort, Terminated, KeyboardInterrupt) as exc:
@@ -115,17 +128,27 @@ class Scheduler:
 
     def _handle(self, peer: bytes, msg: Message, now: float) -> bool:
         """Process one message; True when the job finished cleanly."""
-        uid = msg.get("uid") or uid_of(peer)
+        uid = member_uid(peer)
         node = self.registry.get(uid)
         if node is not None:
             node.last_seen = now
-        if msg.op == Op.HEARTBEAT:
+        if msg.op == INVALID_OP:
+            self._malformed(peer, node, msg)
+        elif msg.get("uid", uid) != uid:
+            self.channel.reject(peer, msg, f"it carries uid {shown(msg.get('uid'))}, not its socket's")
+        elif msg.op == Op.HEARTBEAT:
             self.channel.try_send(Message(Op.HEARTBEAT_ACK), peer)
         elif msg.op == Op.REGISTER:
-            self._register(uid, msg, now)
+            self._register(peer, uid, msg, now)
         elif node is None:
-            self.log.info(f"ignoring {msg.op} from unregistered node {uid}")
-        elif msg.op == Op.BARRIER:
+            self.channel.reject(peer, msg, "the sender is not a member of this job")
+        else:
+            return self._from_member(node, msg)
+        return False
+
+    def _from_member(self, node: Node, msg: Message) -> bool:
+        """A registered node's message other than HEARTBEAT and REGISTER; True when the job finished."""
+        if msg.op == Op.BARRIER:
             self._barrier(node, msg)
         elif msg.op == Op.DONE:
             node.done = True
@@ -136,54 +159,57 @@ class Scheduler:
                 return True
         elif msg.op == Op.FAIL:
             raise _Abort(f"{node.describe()} failed: {msg.get('reason', 'no reason given')}")
-        elif msg.op == INVALID_OP:
-            self.log.error(f"{node.describe()} sent a {msg.get('reason')}")
         else:
             self.log.info(f"ignoring unexpected {msg.op} from {node.describe()}")
         return False
 
-    def _register(self, uid: str, msg: Message, now: float) -> None:
-        role = str(msg.get("role"))
-        host = str(msg.get("host"))
+    def _malformed(self, peer: bytes, node: Node | None, msg: Message) -> None:
+        if node is None:
+            self.channel.reject(peer, msg, str(msg.get("reason")))
+        else:
+            self.log.error(f"{node.describe()} sent a {msg.get('reason')}")
+
+    def _register(self, peer: bytes, uid: str | None, msg: Message, now: float) -> None:
+        if uid is None or peer != ctrl_identity(uid):
+            self.channel.reject(peer, msg, "a register must come from a node's control socket (<uid>/c)")
+            return
         try:
-            port = msg.get("port")
-            rank = msg.get("rank")
-            self.registry.add(
-                uid,
-                role,
-                host,
-                None if port is None else int(port),
-                None if rank is None else int(rank),
-                now,
-                machine=str(msg.get("machine") or ""),
-            )
-        except (TypeError, ValueError) as exc:
-            raise _Abort(f"bad registration from {role} on {host}: {exc}", also=uid) from None
+            reg = Registration.from_message(msg)
+        except WireError as exc:
+            self.channel.reject(peer, msg, str(exc))
+            return
+        try:
+            node = self.registry.add(uid, reg.role, reg.host, reg.port, reg.rank, now, machine=reg.machine)
         except RegistryError as exc:
-            raise _Abort(str(exc), also=uid) from None
+            if not self.registry.ranked:  # the job's own nodes disagree while it starts: a misconfigured job
+                raise _Abort(str(exc), also=uid) from None
+            self.channel.reject(peer, msg, f"{exc}; the job goes on without it")
+            refusal = Message(Op.ABORT, {"reason": f"the {self.name} refused this node: {exc}"})
+            self.channel.try_send(refusal, hb_identity(uid))
+            return
         counts = self.registry.counts()
         self.log.info(
-            f"registered {role} on {host} ({counts['server']}/{self.cfg.num_server} servers, "
+            f"registered {reg.role} on {reg.host} ({counts['server']}/{self.cfg.num_server} servers, "
             f"{counts['worker']}/{self.cfg.num_worker} workers)"
         )
         if self.registry.complete and not self.registry.ranked:
             self._welcome()
         elif self.registry.ranked:  # a repeated REGISTER (PS_RESEND=1): its WELCOME was lost
-            node = self.registry.get(uid)
-            if node is not None:
-                self._welcome_one(node, self._server_table())
+            self._welcome_one(node)
 
     def _server_table(self) -> tuple[ServerAddress, ...]:
         return tuple(ServerAddress(n.rank or 0, n.host, n.port or 0, n.machine) for n in self.registry.servers())
 
     def _welcome(self) -> None:
         self.registry.assign_ranks()
-        servers = self._server_table()
         for node in self.registry.nodes():
-            self._welcome_one(node, servers)
+            self._welcome_one(node)
 
-    def _welcome_one(self, node: Node, servers: tuple[ServerAddress, ...]) -> None:
-        welcome = Welcome(node.rank or 0, self.cfg.num_server, self.cfg.num_worker, servers)
+    def _welcome_one(self, node: Node) -> None:
+        """WELCOME to ``node``; a server's also lists the workers, the only peers it serves."""
+        workers = sorted(self.registry.nodes("worker"), key=lambda n: n.rank or 0) if node.role == "server" else []
+        uids = tuple(n.uid for n in workers)
+        welcome = Welcome(node.rank or 0, self.cfg.num_server, self.cfg.num_worker, self._server_table(), uids)
         self.channel.try_send(Message(Op.WELCOME, welcome.to_fields()), ctrl_identity(node.uid))
         self.log.info(f"welcomed {node.describe()}")
 

@@ -5,6 +5,13 @@ Settings (read by :mod:`clipflow.ps.env`):
 ``CLIPFLOW_PS_SECURITY`` = ``curve`` | ``none`` | ``auto``
     ``auto`` (the default) is ``curve`` whenever DMLC_PS_ROOT_URI is not a loopback
     address and ``none`` on loopback (127.0.0.0/8, ::1, localhost).
+``CLIPFLOW_PS_INSECURE`` = 0 (default) | 1
+    ``none`` beyond loopback (a scheduler, or a server, on an address that is not a
+    loopback one) is refused unless this is 1 too; then every node prints
+    :func:`insecure_warning` when it starts. A separate variable, not a fourth value of
+    CLIPFLOW_PS_SECURITY: ``none`` keeps meaning the same thing in the config, the plan and
+    every node, and accepting the risk has to be done where the job is started, each time
+    (it never travels inside a config file copied from elsewhere).
 ``CLIPFLOW_PS_KEYS`` = a key folder made by ``python -m clipflow ps keys DIR``
     (:func:`make_keys`). Copy the folder to every node of the job (it holds secrets:
     the folder is mode 700, the ``*.key_secret`` files mode 600).
@@ -39,6 +46,27 @@ from clipflow.errors import ClipflowError
 SERVER = "server"
 CLIENT = "client"
 MAKE_HINT = "make one with `python -m clipflow ps keys DIR` and set CLIPFLOW_PS_KEYS=DIR on every node"
+RISK = (
+    "every parameter-server message would cross the network neither encrypted nor authenticated: anyone who "
+    "can reach the job's ports could read its gradients and weights, and send it messages"
+)
+
+
+def insecure_refusal(setting: str, where: str, fix: str) -> str:
+    """Why ``setting`` (security none) is refused for ``where`` (an address beyond loopback), and ``fix``."""
+    return (
+        f"{setting} with {where}, beyond loopback: {RISK}. {fix}; or, on a network you trust, set "
+        "CLIPFLOW_PS_INSECURE=1 as well to accept that risk"
+    )
+
+
+def insecure_warning(root_uri: str, root_port: int) -> str:
+    """What each node prints when it runs without security beyond loopback (CLIPFLOW_PS_INSECURE=1)."""
+    return (
+        f"warning: CLIPFLOW_PS_SECURITY=none beyond loopback (scheduler at {root_uri}:{root_port}), allowed by "
+        "CLIPFLOW_PS_INSECURE=1: messages are neither encrypted nor authenticated; anyone who can reach the "
+        "job's ports can read its gradients and weights, and send it messages"
+    )
 
 
 @dataclass(frozen=True)

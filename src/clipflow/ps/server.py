@@ -6,6 +6,10 @@ CURVE security the ROUTER is a CURVE server whose clients the link's ZAP
 authenticator checks. CLIPFLOW_PS_DROP_PERCENT drops received requests on purpose.
 Workers on the same machine may pass their arrays through shared memory
 (:class:`clipflow.ps.shm.ServerRegions` rewrites those requests and replies).
+
+The scheduler's WELCOME names the job's workers: a message from any other socket, and a
+malformed one, is dropped and logged with its sender's address (:meth:`Channel.reject`),
+never answered, never applied.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from clipflow.ps.reliable import Dedup
 from clipflow.ps.shm import ServerRegions
 from clipflow.ps.signals import Terminated, sigterm_raises
 from clipflow.ps.store import KeyValueStore, Reply, Updater
-from clipflow.ps.transport import Channel, Dropper, bind_random, drop_seed, make_socket
+from clipflow.ps.transport import INVALID_OP, Channel, Dropper, bind_random, drop_seed, make_socket
 from clipflow.ps.wire import Message, Op, WireError
 
 POLL_MS = 100
@@ -46,7 +50,7 @@ def run_server(cfg: PSConfig, updater: Updater | None = None) -> int:
             dedup = Dedup(f"server {welcome.rank}", cfg.resend)
             if cfg.drop_percent:
                 data.dropper = Dropper(cfg.drop_percent, drop_seed(cfg.drop_seed, "server", welcome.rank))
-            return _serve(link, data, store, dedup, log)
+            return _serve(link, Data(data, welcome.worker_identities(), store, dedup, log))
     except Terminated as exc:
         link.fail(str(exc))
         print_abort(f"{log.who} {exc}")
@@ -59,46 +63,83 @@ def run_server(cfg: PSConfig, updater: Updater | None = None) -> int:
         link.close()
 
 
-def _serve(link: NodeLink, data: Channel, store: KeyValueStore, dedup: Dedup, log: Log) -> int:
+class Data:
+    """A server's data port: the channel, the workers it serves (socket identity -> rank) and what it keeps."""
+
+    def __init__(
+        self, channel: Channel, workers: dict[bytes, int], store: KeyValueStore, dedup: Dedup, log: Log
+    ) -> None:
+        self.channel = channel
+        self.workers = workers
+        self.store = store
+        self.dedup = dedup
+        self.log = log
+        self.regions = ServerRegions()
+        self.seen: set[bytes] = set()
+
+    def serve_batch(self) -> None:
+        """Handle the requests waiting (at most BATCH)."""
+        for _ in range(BATCH):
+            got = self.channel.recv_ready()
+            if got is not None:
+                peer, msg = got
+                assert peer is not None
+                if self._admit(peer, msg):
+                    self._request(peer, msg)
+            if not self.channel.sock.poll(0):
+                break
+
+    def _admit(self, peer: bytes, msg: Message) -> bool:
+        """Whether ``msg`` is a request of one of the job's workers; else it is dropped and logged."""
+        if msg.op == INVALID_OP:
+            self.channel.reject(peer, msg, str(msg.get("reason")))
+            return False
+        rank = self.workers.get(peer)
+        if rank is None:
+            self.channel.reject(peer, msg, "the sender is not a worker of this job")
+            return False
+        if peer not in self.seen:
+            self.seen.add(peer)
+            self.log.info(f"connection from worker {rank}")
+        return True
+
+    def _request(self, peer: bytes, msg: Message) -> None:
+        fresh, answers = self.dedup.admit(peer, msg)
+        for answer in answers:
+            self.channel.try_send(answer, peer)
+        if fresh:
+            for to, reply in _handle(self.store, self.regions, peer, msg):
+                self.dedup.answered(to, reply)
+                self.channel.try_send(reply, to)
+
+
+def _serve(link: NodeLink, data: Data) -> int:
     poller = zmq.Poller()
-    poller.register(data.sock, zmq.POLLIN)
+    poller.register(data.channel.sock, zmq.POLLIN)
     poller.register(link.ctrl.sock, zmq.POLLIN)
-    peers: set[bytes] = set()
-    regions = ServerRegions()
+    log = data.log
     while True:
         link.check_abort()
         events = dict(poller.poll(POLL_MS))
-        if data.sock in events:
-            for _ in range(BATCH):
-                got = data.recv_ready()
-                if got is not None:
-                    peer, msg = got
-                    assert peer is not None
-                    if peer not in peers:
-                        peers.add(peer)
-                        log.info(f"connection from worker {msg.get('rank', '?')}")
-                    fresh, answers = dedup.admit(peer, msg)
-                    for answer in answers:
-                        data.try_send(answer, peer)
-                    if fresh:
-                        for to, reply in _handle(store, regions, peer, msg):
-                            dedup.answered(to, reply)
-                            data.try_send(reply, to)
-                if not data.sock.poll(0):
-                    break
+        if data.channel.sock in events:
+            data.serve_batch()
         if link.ctrl.sock in events:
             _, msg = link.ctrl.recv_ready()
             if msg.op == Op.SHUTDOWN:
                 log.info("shutting down: all workers are done")
-                stats = f"{dedup.duplicates} repeated requests answered without applying them again"
-                if data.dropper is not None:
-                    log.error(f"fault injection dropped {data.dropper.dropped} received messages; {stats}")
+                stats = f"{data.dedup.duplicates} repeated requests answered without applying them again"
+                if data.channel.dropper is not None:
+                    log.error(f"fault injection dropped {data.channel.dropper.dropped} received messages; {stats}")
                 else:
                     log.info(stats)
+                data.channel.drops.summary()
                 return 0
             if msg.op == Op.ABORT:
                 print_abort(str(msg.get("reason", "the scheduler aborted the job")))
                 return ABORTED
+            if msg.op == INVALID_OP:
+                log.error(f"dropped a message from the {link.scheduler}: {msg.get('reason')}")
+                continue
             log.info(f"ignoring unexpected {msg.op} from the scheduler")
 
 

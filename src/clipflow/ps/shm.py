@@ -47,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from clipflow.ps.wire import Message, Op, WireError
+from clipflow.ps.wire import Message, Op, WireError, shown
 
 SHM_DIR = Path("/dev/shm")
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
@@ -105,6 +105,8 @@ class Region:
             if size != max(1, numel * 4):
                 raise WireError(f"shared memory {name} has {size} bytes, expected {numel * 4}")
             buf = mmap.mmap(fd, size)
+        except OSError as exc:
+            raise WireError(f"cannot map shared memory {SHM_DIR / name}: {exc.strerror}") from None
         finally:
             os.close(fd)
         return cls(name, buf, numel)
@@ -126,7 +128,7 @@ class ServerRegions:
         """Handle ``shm_attach`` (idempotent for a repeated request); the reply is OK or raises WireError."""
         key, name, numel = msg.get("key"), msg.get("name"), msg.get("numel")
         if not isinstance(key, int) or not isinstance(numel, int) or numel < 0:
-            raise WireError(f"{Op.SHM_ATTACH} needs an integer key and numel, got {key!r} and {numel!r}")
+            raise WireError(f"{Op.SHM_ATTACH} needs an integer key and numel, got {shown(key)} and {shown(numel)}")
         known = self.regions.get((peer, key))
         if known is None or known.name != name:
             self.regions[(peer, key)] = Region.attach(name, numel)
@@ -137,9 +139,9 @@ class ServerRegions:
         if not msg.get("shm"):
             return msg
         key, start, size = msg.get("key"), msg.get("start", 0), msg.get("size")
-        region = self.regions.get((peer, key))
+        region = self.regions.get((peer, key)) if isinstance(key, int) else None
         if region is None:
-            raise WireError(f"{msg.op} of key {key} names a shared-memory region that was never attached")
+            raise WireError(f"{msg.op} of key {shown(key)} names a shared-memory region that was never attached")
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, size)):
             raise WireError(f"{msg.op} of key {key} through shared memory needs an integer start and size")
         if not 0 <= start <= start + size <= region.array.size:

@@ -24,15 +24,17 @@ import ctypes
 import ctypes.util
 import ipaddress
 import random
+import socket
 import sys
+from dataclasses import dataclass
 
 import zmq
 
 from clipflow.errors import ClipflowError
 from clipflow.ps.env import is_loopback
-from clipflow.ps.log import Log
+from clipflow.ps.log import DropLog, Log
 from clipflow.ps.security import Keys, apply
-from clipflow.ps.wire import Message, WireError, decode, encode
+from clipflow.ps.wire import Message, WireError, decode, encode, shown
 
 INVALID_OP = "_invalid"
 
@@ -147,8 +149,66 @@ def drop_seed(seed: int | None, role: str, rank: int) -> int | None:
     return None if seed is None else seed * 1_000_003 + (0 if role == "worker" else 500_000) + rank
 
 
+@dataclass(frozen=True)
+class Sender:
+    """Where a received message came from: the peer's IP address (and port where known) and its socket identity."""
+
+    host: str
+    port: int | None
+    identity: bytes | None
+
+    def __str__(self) -> str:
+        address = self.host if self.port is None else f"{self.host}:{self.port}"
+        return address if self.identity is None else f"{address} (socket identity {identity_text(self.identity)})"
+
+
+def sender_of(peer: bytes | None, msg: Message) -> Sender:
+    """The sender of ``msg`` as the kernel saw it: zmq's Peer-Address of the frame it came in, and the TCP
+    port of that connection while it is still open."""
+    frame = msg.origin
+    host = None
+    if isinstance(frame, zmq.Frame):
+        try:
+            host = frame.get("Peer-Address")
+        except (zmq.ZMQError, UnicodeDecodeError):
+            host = None
+    if not host:
+        return Sender("an unknown address", None, peer)
+    return Sender(str(host), _peer_port(frame, str(host)), peer)
+
+
+def _peer_port(frame: zmq.Frame, host: str) -> int | None:
+    """The remote port of the TCP connection ``frame`` came in on (zmq's SRCFD), if it is still open and its
+    address is still ``host`` (the descriptor may have been closed and reused since); else None."""
+    try:
+        fd = frame.get(zmq.SRCFD)
+        sock = socket.socket(fileno=fd)
+    except (zmq.ZMQError, OSError, ValueError, TypeError):
+        return None
+    try:
+        name = sock.getpeername()
+    except OSError:
+        return None
+    finally:
+        sock.detach()  # the descriptor is zmq's: never close it
+    if not isinstance(name, tuple) or name[0] != host:
+        return None
+    return int(name[1])
+
+
+def identity_text(identity: bytes) -> str:
+    """A socket identity for a log line: quoted when it is printable ASCII (a clipflow node's), else in hex."""
+    if identity.isascii() and identity.decode("ascii").isprintable():
+        return shown(identity.decode("ascii"), 100)
+    return "0x" + identity[:32].hex() + ("..." if len(identity) > 32 else "")
+
+
 class Channel:
-    """A socket that sends and receives :class:`Message` objects."""
+    """A socket that sends and receives :class:`Message` objects.
+
+    A receiver drops a message that is malformed or comes from outside the job with :meth:`reject`, which
+    logs it naming the sender (:class:`Sender`), a limited number of lines per host (:class:`DropLog`).
+    """
 
     def __init__(self, sock: zmq.Socket, log: Log, name: str, dropper: Dropper | None = None) -> None:
         self.sock = sock
@@ -156,6 +216,7 @@ class Channel:
         self.name = name
         self.is_router = sock.type == zmq.ROUTER
         self.dropper = dropper
+        self.drops = DropLog(log)
 
     def send(self, msg: Message, peer: bytes | None = None) -> None:
         """Send ``msg`` (to ``peer`` on a ROUTER) without blocking.
@@ -193,7 +254,7 @@ class Channel:
 
     def recv_ready(self) -> tuple[bytes | None, Message] | None:
         """Receive one message that poll() said is waiting; None when fault injection dropped it."""
-        frames = self.sock.recv_multipart(copy=False)
+        frames = received = self.sock.recv_multipart(copy=False)
         peer = None
         if self.is_router:
             peer = frames[0].bytes
@@ -205,8 +266,15 @@ class Channel:
             msg = decode(frames)
         except WireError as exc:
             msg = Message(INVALID_OP, {"reason": f"malformed message: {exc}"})
+        msg.origin = received[0]  # any frame of a message tells its sender's address
         self.log.trace(f"{self.name} <- {_peer_name(peer)}: {msg.describe()}")
         return peer, msg
+
+    def reject(self, peer: bytes | None, msg: Message, why: str) -> None:
+        """Drop ``msg`` (received from ``peer``) and log it: ``dropped a <op> from <sender>: <why>``."""
+        sender = sender_of(peer, msg)
+        what = "a message" if msg.op == INVALID_OP else f"a {msg.op}"
+        self.drops.drop(sender.host, f"dropped {what} from {sender}: {why}")
 
     def close(self, linger_s: float = 0.0) -> None:
         """Close; with ``linger_s`` > 0 give queued messages that long to leave."""

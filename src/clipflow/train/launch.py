@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clipflow.cluster.hostsfile import Host
-from clipflow.cluster.plan import Plan, Role, check_ports, make_plan, ssh_fields
+from clipflow.cluster.plan import Plan, Role, check_ports, check_security, make_plan, ssh_fields
 from clipflow.cluster.ssh import SshSettings
 from clipflow.cluster.sync import sync_host
 from clipflow.data.listfile import read_list
@@ -42,6 +42,8 @@ def worker_commands(plan: Plan, command: Command, backend: str, log_dir: str, ho
 
 def launch_workers(plan: Plan, command: Command, backend: str, log_dir: str, grace: float, host_logs: bool) -> int:
     """Runs :func:`worker_commands` until the first failure; the launcher's exit code."""
+    if backend == "ps":
+        check_security(plan)
     check_ports(plan)
     return Launcher(worker_commands(plan, command, backend, log_dir, host_logs), log_dir, grace_s=grace).run()
 
@@ -88,6 +90,7 @@ def launch_program(config: LaunchConfig, command: Sequence[str]) -> int:
     plan = make_plan(config.launcher, config.hosts, config.num_workers, config.num_servers, config.port,
                      config.heartbeat_timeout, config.security, Path(config.log_dir) / "ps_keys", config.placement,
                      ssh)  # fmt: skip
+    check_security(plan)
     check_ports(plan)
     if config.sync_dst_dir and config.launcher == "ssh":
         for host in config.hosts:

@@ -26,7 +26,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 
 from clipflow.cluster.hostsfile import parse_host
-from clipflow.cluster.plan import Plan, Role
+from clipflow.cluster.plan import Plan, Role, insecure_addresses
 from clipflow.cluster.remote_exec import request_line
 from clipflow.cluster.slurm import srun_argv
 from clipflow.cluster.ssh import ssh_argv
@@ -39,6 +39,8 @@ def ps_environment(plan: Plan, role: Role) -> dict[str, str]:
     security = {NAMES["ps_security"]: plan.security}
     if plan.keys_dir:
         security[NAMES["ps_keys"]] = plan.keys_dir
+    if insecure_addresses(plan):  # accepted where the job started (check_security), so on every node
+        security[NAMES["ps_insecure"]] = "1"
     return {
         **security,
         "DMLC_ROLE": role.role,
