@@ -26,10 +26,13 @@ from ps_badinput_helpers import (
 )
 from ps_cluster_helpers import TESTS, Cluster, base_env
 
+from clipflow.cluster.hostsfile import Host
+from clipflow.cluster.plan import make_plan
 from clipflow.errors import ClipflowError
 from clipflow.ps import PSConfig
 from clipflow.ps.node import Registration, Welcome
 from clipflow.ps.wire import MAX_DEPTH, Message, WireError, decode, encode
+from clipflow.train.roles import role_commands
 
 WORKER = [sys.executable, str(TESTS / "ps_badinput_helpers.py")]
 ROLE_CLI = [sys.executable, "-m", "clipflow", "ps", "role"]
@@ -203,8 +206,26 @@ def test_security_none_beyond_loopback_needs_the_explicit_setting() -> None:
 def test_a_plan_with_security_none_beyond_loopback_is_refused_without_the_explicit_setting(tmp_path: Path) -> None:
     args = ("cluster", "plan", "--launcher", "ssh", "--hosts", "10.1.2.3,10.1.2.4", "--security", "none")
     refused = clipflow(*args, "--out", str(tmp_path / "plan.json"))
-    assert_refused(refused, "cluster.security is none", "10.1.2.3, 10.1.2.4", "CLIPFLOW_PS_INSECURE=1", "curve")
+    assert_refused(
+        refused, "cluster.security (--security) is none", "10.1.2.3, 10.1.2.4", "CLIPFLOW_PS_INSECURE=1", "curve"
+    )
     assert not (tmp_path / "plan.json").exists()
+
+
+def test_a_launch_with_security_none_beyond_loopback_is_refused_without_the_explicit_setting(tmp_path: Path) -> None:
+    hosts = tmp_path / "hosts"
+    hosts.write_text("10.1.2.3\n")
+    args = ("-n", "1", "--launcher", "ssh", "-H", str(hosts), "--security", "none", "--", "true")
+    refused = clipflow("launch", "--log-dir", str(tmp_path / "logs"), *args)
+    assert_refused(refused, "--security", "10.1.2.3", "CLIPFLOW_PS_INSECURE=1")
+
+
+def test_the_launcher_hands_the_explicit_setting_to_every_node(tmp_path: Path) -> None:
+    """Accepted where the job starts (the plan's check), so every node of it gets CLIPFLOW_PS_INSECURE=1."""
+    remote = make_plan("slurm", [Host("10.1.2.3")], 1, 1, 9100, 30, "none", tmp_path / "keys")
+    assert all(c.env["CLIPFLOW_PS_INSECURE"] == "1" for c in role_commands(remote, ["python", "train.py"]))
+    local = make_plan("local", [Host("localhost")], 1, 1, 9100, 30, "none", tmp_path / "keys")
+    assert not any("CLIPFLOW_PS_INSECURE" in c.env for c in role_commands(local, ["python", "train.py"]))
 
 
 def test_the_explicit_setting_allows_security_none_beyond_loopback_with_a_warning(

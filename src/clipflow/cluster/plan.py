@@ -200,11 +200,11 @@ def check_security(plan: Plan, environ: Mapping[str, str] | None = None) -> None
         return
     where = f"the plan's addresses {', '.join(exposed)}" if len(exposed) > 1 else f"the plan's address {exposed[0]}"
     if not read_env(environ).ps_insecure:
-        fix = "Use cluster.security: auto or curve (the cluster stage makes the job's keys)"
-        raise ClipflowError(insecure_refusal("cluster.security is none", where, fix))
+        fix = "Use cluster.security (--security) auto or curve (the plan then makes the job's keys)"
+        raise ClipflowError(insecure_refusal("cluster.security (--security) is none", where, fix))
     print(
-        f"clipflow: warning: cluster.security: none with {where} beyond loopback, allowed by CLIPFLOW_PS_INSECURE=1: "
-        "parameter-server messages are neither encrypted nor authenticated",
+        f"clipflow: warning: cluster.security (--security) is none with {where}, beyond loopback, allowed by "
+        "CLIPFLOW_PS_INSECURE=1: parameter-server messages are neither encrypted nor authenticated",
         file=sys.stderr,
     )
 
