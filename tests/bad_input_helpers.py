@@ -1,21 +1,14 @@
-"""Bad inputs made as a user would hand them over: videos that are not (a folder, audio only, cut short, ...),
-text with a byte that is not UTF-8, and a command run as a user who may not read a file (root reads any)."""
+"""Bad inputs made as a user would hand them over: videos that are not (a folder, audio only, cut short, ...) and
+text with a byte that is not UTF-8."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import av
 import numpy as np
-import pytest
-from helpers import python_env
 
 LATIN1_E = b"\xe9"  # "é" in Latin-1: no UTF-8 sequence starts with it and goes on with an ASCII byte
-NOBODY = 65534  # the unprivileged user and group of Debian and most Linux systems
 
 
 def write_audio_only(path: Path) -> Path:
@@ -52,20 +45,3 @@ def decoder_text_in(text: str) -> list[str]:
     """The decoders' own texts found in ``text`` (decord's check failures, its bare "Error reading"), which a
     message must translate; [] when there is none."""
     return [marker for marker in ("Check failed", "Error reading", "video_reader.cc", "Errno") if marker in text]
-
-
-def as_unprivileged(argv: list[str]) -> list[str]:
-    """``argv`` run as a user bound by file modes: as it is when this process is not root, else under
-    ``setpriv`` as nobody (skipped without setpriv)."""
-    if os.geteuid() != 0:
-        return argv
-    setpriv = shutil.which("setpriv")
-    if setpriv is None:
-        pytest.skip("running as root, which reads any file, and util-linux's setpriv is not installed to drop that")
-    return [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--", *argv]
-
-
-def clipflow_unprivileged(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    """``python -m clipflow ARGS`` in ``cwd`` as :func:`as_unprivileged` runs it, output captured."""
-    argv = as_unprivileged([sys.executable, "-m", "clipflow", *args])
-    return subprocess.run(argv, env=python_env(), cwd=cwd, capture_output=True, text=True, timeout=120)

@@ -76,7 +76,7 @@ def test_reencode_names_each_bad_video_with_its_reason(video_root, tmp_path: Pat
     done = clipflow("data", "reencode", "--list", str(listed), "--root", str(root), "--out-root",
                     str(tmp_path / "out"), "--short-side", "32", "--workers", "1")  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert f"1 re-encoded, 0 skipped" in done.stdout and f"{len(names)} failed, of {len(names) + 1}" in done.stdout
+    assert "1 re-encoded, 0 skipped" in done.stdout and f"{len(names)} failed, of {len(names) + 1}" in done.stdout
     for line, name in enumerate(names, start=2):
         assert f"failed: {name} ({listed} line {line}): {reasons[name]}\n" in done.stdout, name
     assert decoder_text_in(done.stdout + done.stderr) == [] and "Traceback" not in done.stderr

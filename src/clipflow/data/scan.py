@@ -72,8 +72,7 @@ def _decoding_failed(start: int, total: int, listed: int) -> str:
     """Why decoding stopped, in the user's words: cut short when the container's index lists more frames
     than the file holds."""
     if listed > total:
-        return (f"cut short: decoding failed at frame {start}; the file holds {total} of the {listed} frames its "
-                "index lists")
+        return f"cut short: decoding failed at frame {start}; the file holds {total} of the {listed} frames listed"
     return f"damaged: decoding failed at frame {start} of {total}"
 
 
