@@ -134,6 +134,13 @@ def test_report_names_an_input_it_cannot_read(tmp_path: Path, name: str, data: b
     assert not (tmp_path / "report" / "report.html").exists()
 
 
+def test_a_cluster_plan_that_is_not_utf8_is_named_with_its_line(tmp_path: Path) -> None:
+    plan = write(tmp_path / "plan.json", b'{"launcher": "local",\n "hosts": ["h' + LATIN1_E + b'"]}\n')
+    done = clipflow("cluster", "check", "--plan", str(plan), "--out", str(tmp_path / "checks.json"))
+    assert_refused(done, f"cluster plan {plan} line 2: byte 0xe9 at column 14 is not UTF-8 text", "rerun the cluster")
+    assert not (tmp_path / "checks.json").exists()
+
+
 def test_a_folder_given_as_a_list_or_class_index_is_named(tmp_path: Path) -> None:
     folder = tmp_path / "lists"
     folder.mkdir()
