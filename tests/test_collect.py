@@ -104,10 +104,10 @@ def test_a_damaged_log_a_truncated_checkpoint_and_a_missing_checksum_are_each_na
 
 def test_a_missing_file_a_bad_plan_and_an_unwritable_out_are_named(trained: Path, tmp_path: Path) -> None:
     missing = collect(trained, tmp_path / "c", plan=tmp_path / "nope.json")
-    assert missing.returncode == 2 and f"cluster plan {tmp_path / 'nope.json'} cannot be read" in missing.stderr
+    assert missing.returncode == 2 and f"cluster plan {tmp_path / 'nope.json'} does not exist" in missing.stderr
     (tmp_path / "bad.json").write_text('{"launcher": "local"')
     broken = collect(trained, tmp_path / "c", plan=tmp_path / "bad.json")
-    assert broken.returncode == 2 and f"cluster plan {tmp_path / 'bad.json'} cannot be read" in broken.stderr
+    assert broken.returncode == 2 and f"cluster plan {tmp_path / 'bad.json'} line 1 is not JSON" in broken.stderr
     (tmp_path / "file").write_text("not a folder")
     unwritable = collect(trained, tmp_path / "file" / "collected")
     assert unwritable.returncode == 2

@@ -83,7 +83,7 @@ def test_missing_videos_are_kept_and_scanned_as_not_found(tmp_path):
     write_video(root / "ccc_000003_000013.mp4", frames[:10], 25, 16)
 
     entries, classes = load_kinetics(csv, root)
-    results = scan(entries["train"], root, num_classes=len(classes))
+    results = scan(entries["train"], root)
 
     assert [e.path for e in entries["train"]] == [
         "aaa_000001_000011.mp4",  # missing, and no abseiling folder: directly under root

@@ -11,6 +11,7 @@ from helpers import clipflow
 from kinetics_helpers import CLASSES, FRAMES, HEADER, TAIJI, TRAIN_LIST, VAL_CSV, VAL_LIST, make_kinetics_tree
 from reencode_helpers import write_counter_video
 
+from clipflow.data.reader import NOT_A_CONTAINER
 from clipflow.data.reencode import JOURNAL
 
 
@@ -170,7 +171,7 @@ def test_reencode_sizes_rate_keyframes_then_skips_everything(sources, tmp_path):
                     "--out-list", str(tmp_path / "out.txt"))  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert f"{sources / 'list.txt'}: 2 re-encoded, 0 skipped" in done.stdout and "2 failed, of 4" in done.stdout
-    assert f"failed: broken.mp4 ({sources / 'list.txt'} line 3): cannot open as a video: Invalid data" in done.stdout
+    assert f"failed: broken.mp4 ({sources / 'list.txt'} line 3): {NOT_A_CONTAINER}" in done.stdout
     assert f"failed: missing.mp4 ({sources / 'list.txt'} line 4): file not found" in done.stdout
 
     # a: 1.6 s at 25 fps -> 48 frames at 30; b: 1 s at 30 fps -> 30 frames, portrait; keyframes every 16; no audio

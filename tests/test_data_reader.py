@@ -15,6 +15,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
+from bad_input_helpers import write_audio_only
 from video_helpers import read_counters  # the same 8-bar frame numbers, 128 x 64
 
 from clipflow.data.reader import SEEK_AFTER, FrameTable, PyAVReader, read_frames, runs
@@ -173,13 +174,7 @@ def test_bad_videos_and_frames_are_named(videos: dict[str, Path], tmp_path: Path
     truncated.write_bytes(path.read_bytes()[: path.stat().st_size // 3])
     with pytest.raises(ClipflowError):
         read_frames(truncated, [0, 79], WIDTH, HEIGHT)
-    sound = tmp_path / "sound.mp4"
-    with av.open(str(sound), mode="w") as out:
-        stream = out.add_stream("aac", rate=8000)
-        frame = av.AudioFrame.from_ndarray(np.zeros((1, 1024), np.float32), format="fltp", layout="mono")
-        frame.sample_rate = 8000
-        for packet in [*stream.encode(frame), *stream.encode()]:
-            out.mux(packet)
+    sound = write_audio_only(tmp_path / "sound.mp4")
     with pytest.raises(ClipflowError, match="no video stream"):
         read_frames(sound, [0], WIDTH, HEIGHT)
     with pytest.raises(ClipflowError, match="decoder must be one of pyav, decord, not 'opencv'"):

@@ -160,8 +160,8 @@ def test_broken_inputs_are_named(tmp_path):
     (run / "x.json").write_text("{not json")
     bad = {
         "metrics file .*missing.json does not exist": {"metrics": run / "missing.json"},
-        "metrics file .*x.json is not readable JSON": {"metrics": run / "x.json"},
-        "cluster plan .*x.json is not readable JSON": {"plan": run / "x.json"},
+        "metrics file .*x.json line 1 is not JSON": {"metrics": run / "x.json"},
+        "cluster plan .*x.json line 1 is not JSON": {"plan": run / "x.json"},
         "history .*nothing.jsonl does not exist; run the train stage first": {"history": run / "nothing.jsonl"},
     }  # fmt: skip
     for message, change in bad.items():
@@ -169,10 +169,10 @@ def test_broken_inputs_are_named(tmp_path):
         with pytest.raises(ClipflowError, match=message):
             write_report(ReportInputs(**{**vars(inputs), **change}), out)
     (run / "train/metrics.jsonl").write_text('{"epoch": 1}\nnot a line\n')
-    with pytest.raises(ClipflowError, match=r"metrics.jsonl line 2 is not JSON: 'not a line'"):
+    with pytest.raises(ClipflowError, match=r"metrics.jsonl line 2 is not JSON \(Expecting value\): 'not a line'"):
         write_report(inputs_of(run), out)
     (run / "train/metrics.jsonl").write_text('{"epoch": 1, "loss": 2.0, "lr": 0.1}\n')
-    with pytest.raises(ClipflowError, match=r"metrics.jsonl record 1 has no clips_per_s, data_time, step_time"):
+    with pytest.raises(ClipflowError, match=r"metrics.jsonl line 1 has no clips_per_s, data_time, step_time"):
         write_report(inputs_of(run), out)
     (run / "train/metrics.jsonl").write_text("\n")
     with pytest.raises(ClipflowError, match="has no epoch in it"):

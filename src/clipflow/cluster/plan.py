@@ -24,6 +24,7 @@ from clipflow.environment import SECURITY_MODES, read_env
 from clipflow.errors import ClipflowError
 from clipflow.ps.env import is_loopback
 from clipflow.ps.security import insecure_refusal, make_keys
+from clipflow.textfile import read_json_object
 
 LOCAL_NAMES = {"localhost", "127.0.0.1", "::1"}
 LAUNCHERS = ("local", "ssh", "slurm")
@@ -90,9 +91,12 @@ class Plan:
     @classmethod
     def read(cls, path: str | Path) -> Plan:
         path = Path(path)
+        data = read_json_object(
+            path, "cluster plan", "the JSON object clipflow cluster plan writes; rerun the cluster stage"
+        )
         try:
-            return cls.from_dict(json.loads(path.read_text()))
-        except (OSError, ValueError, TypeError, KeyError) as exc:
+            return cls.from_dict(data)
+        except (ValueError, TypeError, KeyError) as exc:
             raise ClipflowError(f"cluster plan {path} cannot be read ({exc}); rerun the cluster stage") from None
 
 

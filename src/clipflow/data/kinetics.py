@@ -5,7 +5,8 @@ either directly under the video root or in a folder named after its label (with
 spaces, or with spaces turned into underscores as some download scripts do).
 Labels become indices by a class list sorted by name, kept in `classes.txt` so
 train and val share it. Videos that are not on disk stay in the lists: the scan
-reports each as "file not found". Every error names the CSV and its line.
+reports each as "file not found". Every error names the CSV and its line, a byte that is not
+UTF-8 too.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from clipflow.data.listfile import VideoEntry
 from clipflow.errors import ClipflowError
 from clipflow.files import write_text_atomic
+from clipflow.textfile import read_text
 
 REQUIRED_COLUMNS = ("youtube_id", "time_start", "time_end", "split")
 SPLITS = ("train", "val", "test")
@@ -96,9 +98,7 @@ def _row(fields: list[str], columns: dict[str, int], source: str, line: int) -> 
 def read_annotations(csv_path: str | Path) -> list[KineticsRow]:
     """Reads and checks a Kinetics annotation CSV; blank lines are skipped."""
     path = Path(csv_path)
-    if not path.is_file():
-        raise ClipflowError(f"annotation file {path} does not exist")
-    lines = path.read_text(encoding="utf-8-sig").splitlines()
+    lines = read_text(path, "annotation file", encoding="utf-8-sig").splitlines()
     numbered = [(number, text) for number, text in enumerate(lines, start=1) if text.strip()]
     if not numbered:
         raise ClipflowError(f"annotation file {path} is empty; expected a header 'label,{','.join(REQUIRED_COLUMNS)}'")
@@ -124,11 +124,9 @@ def write_classes(path: str | Path, classes: list[str]) -> None:
 def read_classes(path: str | Path) -> list[str]:
     """Reads a class-index file written by write_classes; blank or repeated names are errors."""
     path = Path(path)
-    if not path.is_file():
-        raise ClipflowError(f"class-index file {path} does not exist")
     classes: list[str] = []
     seen: dict[str, int] = {}
-    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, raw in enumerate(read_text(path, "class-index file").splitlines(), start=1):
         name = raw.strip()
         if not name:
             raise ClipflowError(f"{path} line {number}: empty class name (line number - 1 is the class index)")

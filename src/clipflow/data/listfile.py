@@ -3,7 +3,9 @@
 Fields are separated by spaces (or commas, for PySlowFast CSVs). Paths are relative
 to a root folder unless absolute. A path may hold spaces, as Kinetics' label folders
 do (`passing American football (in game)/x.mp4 0`), when it ends in a file extension:
-the last one or two fields are then the numbers. Every error names the file and the line.
+the last one or two fields are then the numbers. Every error names the file and the line: a byte that is
+not UTF-8, a line of the wrong shape, a label that is no class index (with ``num_classes``), a list numbered
+from 1.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 
 from clipflow.errors import ClipflowError
 from clipflow.files import write_text_atomic
+from clipflow.textfile import read_text
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,7 @@ class VideoEntry:
         return p if p.is_absolute() else Path(root) / p
 
 
+NUM_CLASSES_SETTING = "the recipe's model.num_classes; data scan's --num-classes"  # where a user sets it
 _EXTENSION = re.compile(r"\.[A-Za-z0-9]+$")
 
 
@@ -48,35 +52,65 @@ def _split_fields(text: str) -> list[str]:
 
 
 def read_list(path: str | Path, num_classes: int | None = None) -> list[VideoEntry]:
-    """Reads a list file. With `num_classes`, labels outside [0, num_classes) are an error."""
+    """Reads a list file. With `num_classes`, its labels are checked as class indices (:func:`check_labels`)."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise ClipflowError(f"list file {path} does not exist; check the data settings (train_list / val_list)")
     entries: list[VideoEntry] = []
-    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, raw in enumerate(read_text(path, "list file").splitlines(), start=1):
         text = raw.strip()
-        if not text or text.startswith("#"):
-            continue
-        fields = _split_fields(text)
-        where = f"{path} line {number}"
-        if len(fields) not in (2, 3):
-            raise ClipflowError(
-                f"{where}: expected 'path num_frames label' or 'path label', got {len(fields)} fields: {text!r}"
-            )
-        try:
-            label = int(fields[-1])
-            frames = int(fields[1]) if len(fields) == 3 else None
-        except ValueError:
-            raise ClipflowError(f"{where}: label and frame count must be integers, got {text!r}") from None
-        if label < 0 or (num_classes is not None and label >= num_classes):
-            bound = f"[0, {num_classes})" if num_classes is not None else "non-negative"
-            raise ClipflowError(f"{where}: label {label} is out of range, must be {bound}")
-        if frames is not None and frames <= 0:
-            raise ClipflowError(f"{where}: frame count {frames} must be positive")
-        entries.append(VideoEntry(fields[0], label, frames, number))
+        if text and not text.startswith("#"):
+            entries.append(_entry(text, f"{path} line {number}", number))
     if not entries:
         raise ClipflowError(f"list file {path} has no entries")
+    check_labels(entries, path, num_classes)
     return entries
+
+
+def _entry(text: str, where: str, number: int) -> VideoEntry:
+    """One list line as an entry; a line of the wrong shape is an error naming ``where`` (file and line)."""
+    fields = _split_fields(text)
+    if len(fields) not in (2, 3):
+        raise ClipflowError(
+            f"{where}: expected 'path num_frames label' or 'path label', got {len(fields)} fields: {text!r}"
+        )
+    try:
+        label = int(fields[-1])
+        frames = int(fields[1]) if len(fields) == 3 else None
+    except ValueError:
+        raise ClipflowError(f"{where}: label and frame count must be integers, got {text!r}") from None
+    if label < 0:
+        raise ClipflowError(f"{where}: label {label} is out of range: labels are class indices, 0 or more")
+    if frames is not None and frames <= 0:
+        raise ClipflowError(f"{where}: frame count {frames} must be positive")
+    return VideoEntry(fields[0], label, frames, number)
+
+
+def check_labels(entries: list[VideoEntry], source: str | Path, num_classes: int | None) -> None:
+    """Labels are class indices, 0 to num_classes - 1. A list numbered from 1 (its labels exactly 1 to
+    num_classes) is refused as such; any other label of num_classes or more is named with its line, how many
+    more there are and, when no label is 0, the hint that the list may be numbered from 1. Nothing is checked
+    without ``num_classes``."""
+    if num_classes is None:
+        return
+    outside = [e for e in entries if e.label >= num_classes]
+    if not outside:
+        return
+    labels = {e.label for e in entries}
+    if labels == set(range(1, num_classes + 1)):
+        raise ClipflowError(
+            f"{source} line {outside[0].line}: label {num_classes}: the list is numbered from 1 (its labels run "
+            f"1..{num_classes}, none is 0), but labels are class indices 0..{num_classes - 1} for num_classes "
+            f"{num_classes}; renumber it from 0 (subtract 1 from every label)"
+        )
+    first, top = outside[0], max(labels)
+    more = f" ({len(outside) - 1} more line(s) have labels of {num_classes} or more)" if len(outside) > 1 else ""
+    from_one = "; no label is 0: if the list is numbered from 1, subtract 1 from every label" if 0 not in labels else ""
+    raise ClipflowError(
+        f"{source} line {first.line}: label {first.label} is out of range for num_classes {num_classes} (labels "
+        f"are class indices 0..{num_classes - 1}){more}; correct the label, or, if the data has {top + 1} classes, "
+        f"set num_classes ({NUM_CLASSES_SETTING}) to {top + 1}{from_one}"
+    )
 
 
 def write_labels(path: str | Path, entries: list[VideoEntry]) -> None:

@@ -23,11 +23,20 @@ reader. On 340x256 H.264 clips of 64 frames it measured 35 to 53 ms a clip, agai
 decodes at the video's stored size and :func:`resize_rgb` resizes its RGB frames:
 decord2 3.4.0's own resize (``VideoReader(width=, height=)``) is wrong on some CPUs (on
 an AMD EPYC it made 4-channel frames and get_batch failed), decord 0.6.0's was not.
+
+A file no decoder can read is named in the user's words (:class:`VideoFileError`): a missing
+file, a folder, one this process may not read, an empty one, one that no container format
+reads (not a video, or cut short), one without a video stream (audio only). Every reader
+(this one, the scan's probe, the re-encode) opens its input through :func:`open_video`, so
+the reasons are the same everywhere and never a decoder's own check text.
 """
 
 from __future__ import annotations
 
 import bisect
+import os
+import stat
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +45,64 @@ import numpy as np
 from clipflow.errors import ClipflowError
 
 DECODERS = ("pyav", "decord")
+NOT_A_CONTAINER = "not a video file, or one cut short or damaged: no container format reads it"
+
+
+class VideoFileError(ValueError):
+    """Why a video file cannot be read, in the user's words ("a folder, not a video file"); the caller names the
+    file. A ValueError, as the scan and the re-encode take a video's failure."""
+
+
+def check_video_file(path: Path) -> None:
+    """Raises VideoFileError unless ``path`` is a non-empty regular file this process may read."""
+    try:
+        info = path.stat()
+        if stat.S_ISDIR(info.st_mode):
+            raise VideoFileError("a folder, not a video file")
+        if not stat.S_ISREG(info.st_mode):
+            raise VideoFileError("not a regular file (a device, pipe or socket), not a video file")
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+    except FileNotFoundError:
+        raise VideoFileError("file not found") from None
+    except PermissionError:
+        raise VideoFileError("cannot be read: permission denied (check its mode and owner)") from None
+    except OSError as exc:
+        raise VideoFileError(f"cannot be read: {exc.strerror or exc}") from None
+    if size == 0:
+        raise VideoFileError("empty file (0 bytes)")
+
+
+def _streams(container) -> str:
+    """The container's streams in words: "1 audio stream", "no stream"."""
+    kinds = Counter(s.type for s in container.streams)
+    return ", ".join(f"{n} {kind} stream{'s' if n > 1 else ''}" for kind, n in kinds.items()) or "no stream"
+
+
+def open_video(path: Path):
+    """``path`` opened with PyAV (an ``InputContainer`` with a video stream), or VideoFileError saying what
+    the file is: see :func:`check_video_file`, then one no container format reads, or one with no video
+    stream."""
+    import av
+
+    check_video_file(path)
+    try:
+        container = av.open(str(path))
+    except av.error.InvalidDataError:
+        raise VideoFileError(NOT_A_CONTAINER) from None
+    except av.FFmpegError as exc:
+        raise VideoFileError(f"cannot open as a video: {exc.strerror or type(exc).__name__}") from None
+    if not container.streams.video:
+        held = _streams(container)
+        container.close()
+        raise VideoFileError(f"no video stream (the file holds {held})")
+    return container
+
+
+def damaged(exc: Exception) -> str:
+    """A decoding failure past the opening, in the user's words (FFmpeg's error text, never a check's)."""
+    detail = getattr(exc, "strerror", None)
+    return "damaged or cut short: decoding failed" + (f" ({detail})" if detail else "")
 
 
 @dataclass(frozen=True)
@@ -78,13 +145,8 @@ class PyAVReader:
     """Decodes the needed frames of one video; see the module for how."""
 
     def __init__(self, path: Path, width: int, height: int):
-        import av
-
         self.path, self.width, self.height = path, width, height
-        self.container = av.open(str(path))
-        if not self.container.streams.video:
-            self.container.close()
-            raise ClipflowError("no video stream")
+        self.container = open_video(path)
         self.stream = self.container.streams.video[0]
         self.stream.thread_count = 1
         self.table = FrameTable.demux(self.container, self.stream)
@@ -177,24 +239,44 @@ def resize_rgb(frames: np.ndarray, width: int, height: int) -> np.ndarray:
 def read_frames(path: Path, indices: list[int], width: int, height: int, decoder: str = "pyav") -> np.ndarray:
     """Frames ``indices`` (display order, 0-based) of the video at ``path`` as (N, height, width, 3) uint8 RGB.
 
-    Raises ClipflowError with the decoder's first line when the file cannot be read.
+    Raises ClipflowError with the reason in the user's words (:func:`open_video`; "damaged or cut short")
+    when the file cannot be read; the caller names the file.
     """
+    import av
+
     if decoder not in DECODERS:
         raise ClipflowError(f"decoder must be one of {', '.join(DECODERS)}, not {decoder!r}")
     try:
         if decoder == "decord":
-            import decord
-
-            frames = decord.VideoReader(str(path), num_threads=1).get_batch(indices).asnumpy()
-            if frames.ndim != 4 or frames.shape[-1] != 3:
-                raise ClipflowError(f"decord gave frames of shape {frames.shape}, not (N, H, W, 3)")
-            return resize_rgb(frames, width, height)
+            return _read_with_decord(path, indices, width, height)
         reader = PyAVReader(path, width, height)
         try:
             return reader.get(indices)
         finally:
             reader.close()
-    except ClipflowError:
-        raise
-    except Exception as exc:  # av.error.*, decord's DECORDError and RuntimeError
-        raise ClipflowError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+    except VideoFileError as exc:
+        raise ClipflowError(str(exc)) from None
+    except (av.FFmpegError, OSError) as exc:
+        raise ClipflowError(damaged(exc)) from None
+
+
+def _read_with_decord(path: Path, indices: list[int], width: int, height: int) -> np.ndarray:
+    """read_frames with decord: the file opened with PyAV first, so a file decord cannot take is named as
+    open_video names it; decord's own errors (its check texts) become "damaged or cut short"."""
+    import decord
+
+    open_video(path).close()
+    try:
+        reader = decord.VideoReader(str(path), num_threads=1)
+    except Exception:  # decord's DECORDError and RuntimeError, with its internal check text
+        raise VideoFileError(f"cannot open as a video: decord cannot read it ({NOT_A_CONTAINER})") from None
+    bad = [i for i in indices if not 0 <= i < len(reader)]
+    if bad:
+        raise ClipflowError(f"frame {bad[0]} is out of range: the video has {len(reader)} frames")
+    try:
+        frames = reader.get_batch(indices).asnumpy()
+    except Exception:
+        raise VideoFileError("damaged or cut short: decord could not decode the frames") from None
+    if frames.ndim != 4 or frames.shape[-1] != 3:
+        raise ClipflowError(f"decord gave frames of shape {frames.shape}, not (N, H, W, 3)")
+    return resize_rgb(frames, width, height)

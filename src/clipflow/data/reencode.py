@@ -25,9 +25,10 @@ import av
 from av.video.frame import PictureType
 from tqdm import tqdm
 
+from clipflow.data.reader import open_video
 from clipflow.environment import read_env
 from clipflow.errors import ClipflowError
-from clipflow.files import append_record, journal_lines, require_nonempty_file, write_text_atomic
+from clipflow.files import append_record, journal_lines, write_text_atomic
 from clipflow.values import is_int, is_number
 
 X264_PRESETS = (
@@ -145,16 +146,10 @@ def _timed_frames(container: av.container.InputContainer) -> Iterator[tuple[av.V
 
 
 def _open_input(src: Path) -> av.container.InputContainer:
-    """Opens src for decoding; raises with a one-line reason for a missing, empty or unreadable file."""
-    require_nonempty_file(src)
-    try:
-        container = av.open(str(src))
-    except av.FFmpegError as exc:
-        raise ValueError(f"cannot open as a video: {exc.strerror or exc}") from None
-    if not container.streams.video:
-        container.close()
-        raise ValueError("no video stream")
-    return container
+    """Opens src for decoding; raises ValueError with the reason in the user's words for a missing, empty or
+    unreadable file, a folder, a file no container format reads, or one without a video stream
+    (:func:`clipflow.data.reader.open_video`)."""
+    return open_video(src)
 
 
 def _add_video_stream(

@@ -19,9 +19,10 @@ from typing import IO
 from tqdm import tqdm
 
 from clipflow.data.listfile import VideoEntry, write_list
+from clipflow.data.reader import NOT_A_CONTAINER, VideoFileError, open_video
 from clipflow.environment import read_env
 from clipflow.errors import ClipflowError
-from clipflow.files import append_record, journal_lines, require_nonempty_file, write_text_atomic
+from clipflow.files import append_record, journal_lines, write_text_atomic
 
 DECODE_CHUNK = 32
 MEASURED = ("num_frames", "fps", "duration", "width", "height", "error")  # what a journal line keeps of a probe
@@ -44,24 +45,35 @@ class ScanResult:
 
 
 def probe(path: Path) -> tuple[int, float, int, int]:
-    """(frames, fps, width, height) after decoding every frame; raises with the reason when it cannot."""
+    """(frames, fps, width, height) after decoding every frame; raises ValueError with the reason in the user's
+    words when it cannot (:func:`clipflow.data.reader.open_video` names what the file is first, so decord
+    only sees files with a video stream, and its own error text never becomes the reason)."""
     import decord  # imported here: decord's import is slow and only scans need it
 
-    require_nonempty_file(path)
+    with open_video(path) as container:
+        listed = container.streams.video[0].frames  # the container index's count; 0 when it has none
     try:
         reader = decord.VideoReader(str(path), ctx=decord.cpu(0), num_threads=1)
-    except Exception as exc:  # decord raises its own DECORDError and RuntimeError
-        raise ValueError(f"cannot open as a video: {str(exc).splitlines()[0][:200]}") from None
+    except Exception:  # decord raises its own DECORDError and RuntimeError, with its internal check text
+        raise VideoFileError(f"cannot open as a video: decord cannot read it ({NOT_A_CONTAINER})") from None
     total = len(reader)
     if total == 0:
-        raise ValueError("no video frames")
+        raise VideoFileError("no video frames")
     height, width = reader[0].shape[:2]
     for start in range(0, total, DECODE_CHUNK):
         try:
             reader.get_batch(list(range(start, min(start + DECODE_CHUNK, total))))
-        except Exception as exc:
-            raise ValueError(f"decoding failed at frame {start} of {total}: {str(exc).splitlines()[0][:200]}") from None
+        except Exception:
+            raise VideoFileError(_decoding_failed(start, total, listed)) from None
     return total, float(reader.get_avg_fps()), int(width), int(height)
+
+
+def _decoding_failed(start: int, total: int, listed: int) -> str:
+    """Why decoding stopped, in the user's words: cut short when the container's index lists more frames
+    than the file holds."""
+    if listed > total:
+        return f"cut short: decoding failed at frame {start}; the file holds {total} of the {listed} frames listed"
+    return f"damaged: decoding failed at frame {start} of {total}"
 
 
 def _probe_entry(entry: VideoEntry, root: str) -> ScanResult:
@@ -125,15 +137,15 @@ def _open_journal(journal: Path | None) -> contextlib.AbstractContextManager[IO[
 def scan(
     entries: list[VideoEntry],
     root: str | Path,
-    num_classes: int | None = None,
     workers: int = 1,
     desc: str = "scan",
     journal: str | Path | None = None,
 ) -> list[ScanResult]:
     """Scans entries in parallel processes; results come in list order.
 
-    Duplicated paths and labels out of range are failures without decoding. With a
-    journal, every probed result is appended to it as soon as it is known, and results
+    Duplicated paths are failures without decoding. Labels are the list reader's to check
+    (read_list with num_classes): a label that is no class index is an error in the list,
+    not a video that failed. With a journal, every probed result is appended to it as soon as it is known, and results
     it already holds for an unchanged file (same path, label, size and mtime) are
     reused (marked from_journal) instead of decoding the video again.
     """
@@ -147,9 +159,6 @@ def scan(
             results[i] = ScanResult(e.path, e.label, e.line, error="duplicate entry")
             continue
         seen.add(e.path)
-        if num_classes is not None and not 0 <= e.label < num_classes:
-            results[i] = ScanResult(e.path, e.label, e.line, error=f"label {e.label} out of range [0, {num_classes})")
-            continue
         stamp = _file_stamp(e.resolve(root))
         measured = known.get(_journal_key(e.path, e.label, stamp))
         if measured is not None:
@@ -198,8 +207,9 @@ def write_index(splits: dict[str, list[ScanResult]], out_dir: str | Path, classe
 def scan_lists(train_list: str | Path, val_list: str | Path, root: str | Path, num_classes: int,
                classes_file: str | Path | None, out_dir: str | Path, workers: int = 2, log=print) -> dict:
     """Both lists scanned (each resumable from its journal in ``out_dir``), the index and manifest written
-    there; logs the counts and each video left out. Raises ClipflowError when a split keeps no video, or when
-    the class index names more classes than the model has."""
+    there; logs the counts and each video left out. Raises ClipflowError when a split keeps no video, when
+    the class index names more classes than the model has, or when a list's label is no class index (one of
+    num_classes or more, or a list numbered from 1: :func:`clipflow.data.listfile.check_labels`)."""
     from clipflow.data.kinetics import read_classes
     from clipflow.data.listfile import read_list
 
@@ -210,12 +220,13 @@ def scan_lists(train_list: str | Path, val_list: str | Path, root: str | Path, n
             f"set the recipe's model.num_classes to {len(classes)} (e.g. overrides: {{model: {{num_classes: "
             f"{len(classes)}}}}})"
         )
+    # both lists read before any video is decoded: a label that is no class index stops here, named in its list
+    lists = {split: read_list(path, num_classes) for split, path in (("train", train_list), ("val", val_list))}
     results = {}
-    for split, path in (("train", train_list), ("val", val_list)):
+    for split, entries in lists.items():
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         journal = Path(out_dir) / f"{split}.scan.jsonl"  # an interrupted scan resumes from it
-        results[split] = scan(read_list(path), root, num_classes, workers=workers, desc=f"scan {split}",
-                              journal=journal)  # fmt: skip
+        results[split] = scan(entries, root, workers=workers, desc=f"scan {split}", journal=journal)
     manifest = write_index(results, out_dir, classes)
     for split, info in manifest["splits"].items():
         log(f"{split}: {info['videos']} videos kept, {info['failed']} failed")

@@ -3,7 +3,9 @@
 Reads what the trainer's rank 0 keeps beside the checkpoints of ``results/<run>/checkpoints/
 <fingerprint>/`` (the folder written last, when settings changed between runs): ``run.json``
 (recipe, epochs, iterations an epoch, workers), ``metrics.jsonl`` (one line an epoch) and the
-checkpoint files. Nothing is loaded with torch, so it answers at once for any model size.
+checkpoint files. Nothing is loaded with torch, so it answers at once for any model size. A file it
+cannot read (not UTF-8, not JSON, JSON that is not an object, a record without its fields) is one
+message naming the file and the line.
 
 Throughput is the last epoch's clips/s over all workers; the ETA is the epochs left times the
 mean time of the last three epochs.
@@ -16,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from clipflow.errors import ClipflowError
+from clipflow.textfile import json_object_lines, read_json_object
 from clipflow.train.checkpoint import RUN_FACTS, CheckpointStore
 
 RECENT_EPOCHS = 3
@@ -60,8 +63,8 @@ def run_status(results: str | Path, run: str) -> RunStatus:
     if not candidates:
         raise ClipflowError(f"run {run!r} has not started training: no {folder}/checkpoints/*/{RUN_FACTS}")
     latest = max(candidates, key=lambda p: (p / RUN_FACTS).stat().st_mtime)
-    facts = _read_json(latest / RUN_FACTS)
-    history = [_read_json_line(latest / "metrics.jsonl", n, line) for n, line in _lines(latest / "metrics.jsonl")]
+    facts = _read_facts(latest / RUN_FACTS)
+    history = _read_history(latest / "metrics.jsonl")
     store = CheckpointStore(latest)
     points = store.points()
     last = store.path(*points[-1]).name if points else None
@@ -77,33 +80,57 @@ def run_status(results: str | Path, run: str) -> RunStatus:
         last_checkpoint=last,
         clips_per_s=history[-1]["clips_per_s"] if history else None,
         eta_s=eta,
-        best_val_top1=_read_json(best)["val_top1"] if best.is_file() else None,
+        best_val_top1=_read_best(best) if best.is_file() else None,
         finished=epoch >= facts["epochs"],
     )
 
 
-def _lines(path: Path) -> list[tuple[int, str]]:
+FACTS = {"recipe": str, "epochs": int}  # what status needs of run.json, as the trainer writes it
+RECORD = {"epoch": int, "epoch_time": float, "clips_per_s": float}  # and of every metrics.jsonl line
+BEST = {"val_top1": float}  # and of best.json
+FIX_FACTS = "the trainer writes it when a run starts or resumes: rerun the train stage to write it again"
+FIX_HISTORY = "the trainer writes one JSON object an epoch: remove the broken line, or restore the file"
+FIX_BEST = "the trainer writes it beside best.pt: restore it, or remove both"
+
+
+def _is(value: object, kind: type) -> bool:
+    """``value`` is of ``kind``, as JSON gives it: an int is a float too; a bool is neither."""
+    return not isinstance(value, bool) and isinstance(value, (int, float) if kind is float else kind)
+
+
+def _fields_ok(record: dict, fields: dict[str, type]) -> bool:
+    return all(_is(record.get(key), kind) for key, kind in fields.items())
+
+
+def _read_facts(path: Path) -> dict:
+    """run.json: an object with the recipe and the epochs."""
+    expected = f"an object with {', '.join(FACTS)}; {FIX_FACTS}"
+    facts = read_json_object(path, "", expected)
+    if not _fields_ok(facts, FACTS):
+        raise ClipflowError(f"{path} is not a run's facts: expected {expected}")
+    return facts
+
+
+def _read_history(path: Path) -> list[dict]:
+    """metrics.jsonl: one object an epoch, each with its epoch, its time and its clips/s; none before the first."""
     if not path.is_file():
         return []
-    return [(n, line) for n, line in enumerate(path.read_text().splitlines(), start=1) if line.strip()]
+    expected = f"one metrics record a line; {FIX_HISTORY}"
+    history = []
+    for number, record in json_object_lines(path, "", expected):
+        if not _fields_ok(record, RECORD):
+            raise ClipflowError(f"{path} line {number} is not a metrics record ({', '.join(RECORD)}); {FIX_HISTORY}")
+        history.append(record)
+    return history
 
 
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ClipflowError(f"{path} cannot be read ({exc})") from None
-
-
-def _read_json_line(path: Path, number: int, line: str) -> dict:
-    try:
-        record = json.loads(line)
-    except ValueError as exc:
-        raise ClipflowError(f"{path} line {number} is not JSON ({exc})") from None
-    fields = {"epoch": int, "epoch_time": float, "clips_per_s": float}
-    if not isinstance(record, dict) or any(not isinstance(record.get(k), (int, t)) for k, t in fields.items()):
-        raise ClipflowError(f"{path} line {number} is not a metrics record (epoch, epoch_time, clips_per_s)")
-    return record
+def _read_best(path: Path) -> float:
+    """best.json's val_top1."""
+    expected = f"an object with {', '.join(BEST)}; {FIX_BEST}"
+    best = read_json_object(path, "", expected)
+    if not _fields_ok(best, BEST):
+        raise ClipflowError(f"{path} is not a best-checkpoint record: expected {expected}")
+    return best["val_top1"]
 
 
 def _duration(seconds: float) -> str:

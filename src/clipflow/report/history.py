@@ -3,31 +3,28 @@ draws."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from clipflow.errors import ClipflowError
+from clipflow.textfile import json_object_lines
 
 REQUIRED = ("epoch", "loss", "lr", "clips_per_s", "data_time", "step_time")
+EXPECTED = "one JSON object an epoch, as the train stage writes its metrics.jsonl"
+WHAT = "training history"
 
 
 def read_history(path: Path) -> list[dict]:
-    try:
-        lines = Path(path).read_text().splitlines()
-    except FileNotFoundError:
-        raise ClipflowError(f"training history {path} does not exist; run the train stage first") from None
-    history = []
-    for number, line in enumerate(lines, 1):
-        if line.strip():
-            try:
-                history.append(json.loads(line))
-            except ValueError:
-                raise ClipflowError(f"training history {path} line {number} is not JSON: {line[:80]!r}") from None
-    for number, record in enumerate(history, 1):
-        missing = [key for key in REQUIRED if not isinstance(record, dict) or key not in record]
+    """Every epoch's record; a file that is missing, not UTF-8, has a line that is not a JSON object or a
+    record without the fields the report draws, is a ClipflowError naming the file and the line."""
+    path = Path(path)
+    if not path.exists():
+        raise ClipflowError(f"{WHAT} {path} does not exist; run the train stage first")
+    records = list(json_object_lines(path, WHAT, EXPECTED))  # every line JSON first, then the fields
+    for number, record in records:
+        missing = [key for key in REQUIRED if key not in record]
         if missing:
-            raise ClipflowError(f"training history {path} record {number} has no {', '.join(missing)}: "
+            raise ClipflowError(f"{WHAT} {path} line {number} has no {', '.join(missing)}: "
                                 "is it the train stage's metrics.jsonl?")  # fmt: skip
-    if not history:
-        raise ClipflowError(f"training history {path} has no epoch in it")
-    return history
+    if not records:
+        raise ClipflowError(f"{WHAT} {path} has no epoch in it")
+    return [record for _, record in records]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from clipflow.report.compare import comparisons
 from clipflow.report.history import read_history
 from clipflow.report.scaling import scaling_points
 from clipflow.report.tables import MAX_CONFUSION_CELLS, confusion_table, pairs, table
+from clipflow.textfile import read_json_object
 
 CSS = """body{font-family:sans-serif;margin:2em;max-width:1400px;color:#222}
 table{border-collapse:collapse;margin:0.5em 0 1.5em}th,td{border:1px solid #ccc;padding:4px 10px;text-align:left}
@@ -40,13 +40,19 @@ class ReportInputs:
     collected: Path | None = None  # collect's manifest.json: the files brought home, checksums verified
 
 
+EXPECTED = {  # what each JSON input of the page is, for the message when it is not that
+    "metrics file": "the JSON object the evaluate stage writes (metrics.json)",
+    "dataset manifest": "the JSON object the data scan or cifar-index writes (manifest.json)",
+    "cluster plan": "the JSON object clipflow cluster plan writes (plan.json)",
+    "host checks": "the JSON object clipflow cluster check writes (checks.json)",
+    "collection manifest": "the JSON object clipflow collect writes (collected/manifest.json)",
+}
+
+
 def _read_json(path: Path, what: str) -> dict:
-    try:
-        return json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise ClipflowError(f"{what} {path} does not exist") from None
-    except (OSError, ValueError) as exc:
-        raise ClipflowError(f"{what} {path} is not readable JSON ({exc})") from None
+    """The JSON object of an input: missing, unreadable, not UTF-8, not JSON or not an object is a
+    ClipflowError naming the file (and the line)."""
+    return read_json_object(path, what, EXPECTED[what])
 
 
 def _figure(path: Path, alt: str) -> str:

@@ -10,6 +10,7 @@ servers and workers running the program with the DMLC_* variables set.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from clipflow.cluster.sync import sync_host
 from clipflow.data.listfile import read_list
 from clipflow.errors import ClipflowError
 from clipflow.train.job import TrainJob
-from clipflow.train.launcher import Launcher, RoleCommand
+from clipflow.train.launcher import Launcher, RoleCommand, program_problem
 from clipflow.train.roles import role_commands
 
 Command = Callable[[Role], Sequence[str]]  # a worker's clipflow arguments
@@ -83,9 +84,15 @@ class LaunchConfig:
 
 def launch_program(config: LaunchConfig, command: Sequence[str]) -> int:
     """MXNet launch.py's job: a scheduler, the servers and the workers running ``command``, the same logs,
-    teardown and exit code."""
+    teardown and exit code. With the local launcher, a program that cannot be started (not found, not
+    executable) is a ClipflowError before any role starts."""
     if not command:
         raise ClipflowError("no command to launch: clipflow launch -n 2 -H hosts -- python train.py ...")
+    if config.launcher == "local":  # on other hosts the program is theirs to find (remote_exec, srun say so)
+        search_path = dict(config.env or {}).get("PATH", os.environ.get("PATH"))
+        problem = program_problem(command[0], search_path)
+        if problem:
+            raise ClipflowError(f"cannot launch {command[0]}: {problem}; no role was started")
     ssh = ssh_fields(config.launcher, config.ssh, config.python, config.sync_dst_dir)
     plan = make_plan(config.launcher, config.hosts, config.num_workers, config.num_servers, config.port,
                      config.heartbeat_timeout, config.security, Path(config.log_dir) / "ps_keys", config.placement,

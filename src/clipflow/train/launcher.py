@@ -5,12 +5,16 @@ one log file per process. When any process exits non-zero, or the launcher gets
 SIGINT or SIGTERM, every other process is sent SIGTERM, then SIGKILL after a grace
 period, and the launcher's exit code is the failure's. Processes that only echo a
 failure elsewhere (exit status ABORTED) are not taken for its cause while the cause
-can still be seen exiting. Nothing is left running.
+can still be seen exiting. Nothing is left running. A program that cannot be started
+here (not found, not executable) is one ClipflowError naming it and its role, after
+the roles started before it are stopped; :func:`program_problem` lets a caller find
+it before any role starts.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +25,7 @@ from pathlib import Path
 from typing import IO
 
 from clipflow.cluster.plan import Role
+from clipflow.errors import ClipflowError
 from clipflow.ps.exitcodes import ABORTED
 
 POLL_S = 0.1
@@ -42,6 +47,29 @@ class RoleCommand:
     @property
     def log_name(self) -> str:
         return f"{self.role.role}-{self.role.rank}.log"
+
+
+def program_problem(program: str, search_path: str | None = None) -> str | None:
+    """Why ``program`` cannot be started here, found as the launcher's exec finds it (a name with a slash as it
+    is, from the working folder; any other name on ``search_path``, default PATH), or None when it can."""
+    if os.sep not in program:
+        if shutil.which(program, path=search_path) is None:
+            return "no such program on PATH (or none there that is executable); give its path, or fix PATH"
+        return None
+    path = Path(program)
+    if not path.exists():
+        return "no such file"
+    if path.is_dir():
+        return "a folder, not a program"
+    if not os.access(path, os.X_OK):
+        return "not executable; make it so (chmod +x), or launch it with its interpreter (python FILE ...)"
+    return None
+
+
+def cannot_start(cmd: RoleCommand, exc: OSError) -> ClipflowError:
+    """The error for a role whose program could not be started: the program, the role and the reason."""
+    reason = program_problem(cmd.argv[0], {**os.environ, **cmd.env}.get("PATH")) or exc.strerror or str(exc)
+    return ClipflowError(f"cannot start {cmd.role.role} {cmd.role.rank} on {cmd.role.host}: {cmd.argv[0]}: {reason}")
 
 
 def describe_exit(code: int, cmd: RoleCommand | None = None) -> str:
@@ -85,14 +113,17 @@ class Launcher:
 
     def _start(self, cmd: RoleCommand) -> None:
         env = {**os.environ, **cmd.env, "PYTHONUNBUFFERED": "1"}
-        proc = subprocess.Popen(
-            cmd.argv,
-            env=env,
-            stdin=subprocess.DEVNULL if cmd.stdin is None else subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        try:
+            proc = subprocess.Popen(
+                cmd.argv,
+                env=env,
+                stdin=subprocess.DEVNULL if cmd.stdin is None else subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as exc:  # not found, not executable: run() stops the roles started before this one
+            raise cannot_start(cmd, exc) from None
         if cmd.stdin is not None:
             proc.stdin.write(cmd.stdin)  # type: ignore[union-attr]
             proc.stdin.flush()  # type: ignore[union-attr]

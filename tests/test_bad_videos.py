@@ -1,0 +1,82 @@
+"""Videos that no decoder can read, named in the user's words wherever they are read: the frame reader (both
+decoders), the training dataset, ``data scan`` and ``data reencode``. An audio-only file is "no video stream",
+a folder is "a folder, not a video file", never a decoder's own check text or its bare "Error reading"."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from bad_input_helpers import bad_videos, decoder_text_in
+from helpers import clipflow
+
+from clipflow.data.build import build_dataset
+from clipflow.data.reader import read_frames
+from clipflow.data.synthetic import write_video
+from clipflow.errors import ClipflowError
+from clipflow.recipe import load_recipe
+
+FRAMES = 24
+
+
+@pytest.fixture(scope="module")
+def video_root(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """A folder with one good video (good.mp4, 24 frames) and the bad ones of bad_videos, with their reasons."""
+    root = tmp_path_factory.mktemp("videos")
+    rng = np.random.default_rng(3)
+    write_video(root / "good.mp4", rng.integers(0, 255, (FRAMES, 48, 64, 3), dtype=np.uint8), 25, 8)
+    return root, bad_videos(root, root / "good.mp4")
+
+
+@pytest.mark.parametrize("decoder", ["pyav", "decord"])
+def test_the_frame_reader_gives_each_bad_videos_reason(video_root, decoder: str) -> None:
+    root, reasons = video_root
+    for name, reason in reasons.items():
+        with pytest.raises(ClipflowError) as error:
+            read_frames(root / name, [0, 1], 32, 32, decoder)
+        assert str(error.value) == reason, (name, decoder)
+        assert decoder_text_in(str(error.value)) == []
+
+
+def test_the_training_dataset_names_the_video_its_list_line_and_the_reason(video_root, tmp_path: Path) -> None:
+    root, reasons = video_root
+    listed = tmp_path / "val.lst"
+    listed.write_text(f"good.mp4 {FRAMES} 0\nsound.mp4 {FRAMES} 1\nfolder.mp4 {FRAMES} 1\n")
+    dataset = build_dataset(load_recipe("slowfast_tiny_synthetic"), listed, root, "val", 0)
+    assert dataset[0][2] == 0  # the good one reads
+    for index, name in ((1, "sound.mp4"), (2, "folder.mp4")):
+        with pytest.raises(ClipflowError) as error:
+            dataset[index]
+        assert str(error.value) == f"cannot decode {root / name} (listed in {listed} line {index + 1}): {reasons[name]}"
+
+
+def test_scan_leaves_out_each_bad_video_with_its_reason(video_root, tmp_path: Path) -> None:
+    root, reasons = video_root
+    names = list(reasons)
+    (tmp_path / "train.txt").write_text("good.mp4 0\n" + "".join(f"{name} 1\n" for name in names))
+    (tmp_path / "val.txt").write_text("good.mp4 0\n")
+    done = clipflow("data", "scan", "--train-list", str(tmp_path / "train.txt"), "--val-list",
+                    str(tmp_path / "val.txt"), "--root", str(root), "--num-classes", "2", "--out-dir",
+                    str(tmp_path / "index"), "--workers", "1")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    for line, name in enumerate(names, start=2):
+        assert f"left out (train): {name} (line {line}): {reasons[name]}\n" in done.stdout, name
+    manifest = json.loads((tmp_path / "index" / "manifest.json").read_text())
+    assert {f["path"]: f["error"] for f in manifest["failures"]} == reasons
+    assert decoder_text_in(done.stdout + done.stderr) == [] and "Traceback" not in done.stderr
+
+
+def test_reencode_names_each_bad_video_with_its_reason(video_root, tmp_path: Path) -> None:
+    root, reasons = video_root
+    names = list(reasons)
+    listed = tmp_path / "list.txt"
+    listed.write_text("good.mp4 0\n" + "".join(f"{name} 0\n" for name in names))
+    done = clipflow("data", "reencode", "--list", str(listed), "--root", str(root), "--out-root",
+                    str(tmp_path / "out"), "--short-side", "32", "--workers", "1")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "1 re-encoded, 0 skipped" in done.stdout and f"{len(names)} failed, of {len(names) + 1}" in done.stdout
+    for line, name in enumerate(names, start=2):
+        assert f"failed: {name} ({listed} line {line}): {reasons[name]}\n" in done.stdout, name
+    assert decoder_text_in(done.stdout + done.stderr) == [] and "Traceback" not in done.stderr
