@@ -1,5 +1,6 @@
 """`clipflow collect` after a real short training on this machine: every role's log and rank 0's model and
-checkpoints come home with the checksums their writers recorded; a damaged or unrecorded file is named."""
+checkpoints come home with the checksums their writers recorded; a damaged or unrecorded file is named; an --out
+that is not collect's own folder (the run's folder, '.', a file, a link) is refused and nothing in it changes."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import python_env
+from helpers import assert_refused, python_env
 from launch_helpers import TINY, launch, scanned_val, two_splits
+from safety_helpers import listing
+
+from clipflow.collect.gather import MARKER
 
 ROLES = ["scheduler-0", "server-0", "worker-0", "worker-1"]  # the plan's default: one server
 
@@ -28,11 +32,11 @@ def trained(tmp_path_factory, tiny_videos) -> Path:
     return run
 
 
-def collect(run: Path, out: Path, plan: Path | None = None) -> subprocess.CompletedProcess:
+def collect(run: Path, out: Path, plan: Path | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
     args = ["--plan", str(plan or run / "plan.json"), "--log-dir", str(run / "logs"), "--checkpoint-root",
             str(run / "ckpt"), "--model", str(run / "model.pt"), "--out", str(out)]  # fmt: skip
     return subprocess.run([sys.executable, "-m", "clipflow", "collect", *args], env=python_env(), capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+                          text=True, timeout=120, cwd=cwd)  # fmt: skip
 
 
 def sha(path: Path) -> str:
@@ -119,3 +123,62 @@ def test_a_missing_file_a_bad_plan_and_an_unwritable_out_are_named(trained: Path
     finally:
         (tmp_path / "away.pt").rename(model)
     assert gone.returncode == 2 and f"clipflow: error: host localhost: {model}: missing" in gone.stderr
+
+
+def test_out_naming_the_runs_own_folder_is_refused_and_nothing_in_it_changes(trained: Path) -> None:
+    """Issue 17: `--out results/<run>` said every sha256 verified and replaced the run's 32 files by its 9."""
+    before = listing(trained.parent)
+    done = collect(trained, trained)
+    assert_refused(done, f"--out {trained}: {trained} is a folder collect did not make", f"no {MARKER}",
+                   f"--out {trained / 'collected'}", "nothing was changed")  # fmt: skip
+    assert listing(trained.parent) == before  # the run's folder, and no .partial beside it
+
+
+def test_out_dot_or_a_folder_holding_the_working_folder_is_refused(trained: Path, tmp_path: Path) -> None:
+    """`--out .` ended in a ValueError traceback; an empty working folder would have been replaced."""
+    here = tmp_path / "work"
+    (here / "sub").mkdir(parents=True)
+    (here / "notes.txt").write_text("mine\n")
+    (here / "sub" / "data.csv").write_text("1,2\n")
+    (tmp_path / "empty").mkdir()
+    before = listing(tmp_path)
+    for cwd, out in ((here, "."), (here, ".."), (here / "sub", "."), (tmp_path / "empty", ".")):
+        done = collect(trained, Path(out), cwd=cwd)
+        assert_refused(done, f"--out {out} is the folder collect runs in ({cwd}) or holds it", "--out ")
+        assert listing(tmp_path) == before, (cwd, out)
+
+
+def test_a_file_a_link_and_a_partial_folder_of_someone_else_are_refused(trained: Path, tmp_path: Path) -> None:
+    (tmp_path / "file.txt").write_text("mine\n")
+    (tmp_path / "theirs").mkdir()
+    (tmp_path / "theirs" / "a.txt").write_text("theirs\n")
+    (tmp_path / "link").symlink_to(tmp_path / "theirs")
+    (tmp_path / "new.partial").mkdir()
+    (tmp_path / "new.partial" / "b.txt").write_text("theirs too\n")
+    before = listing(tmp_path)
+    cases = {
+        "file.txt": f"{tmp_path / 'file.txt'} is a file;",
+        "link": f"{tmp_path / 'link'} is a link;",
+        "new": f"{tmp_path / 'new.partial'} is a folder collect did not make",
+    }
+    for name, message in cases.items():
+        done = collect(trained, tmp_path / name)
+        line = assert_refused(done, f"--out {tmp_path / name}: ", message, "nothing was changed")
+        assert name != "new" or f"move {tmp_path / 'new.partial'} away" in line
+        assert listing(tmp_path) == before, name
+
+
+def test_collecting_twice_into_its_own_folder_replaces_its_earlier_collection(trained: Path, tmp_path: Path) -> None:
+    out = tmp_path / "collected"
+    out.mkdir()  # empty, as Snakemake makes an output's folder before the rule runs: nothing there to lose
+    first = collect(trained, out)
+    assert first.returncode == 0, first.stderr
+    assert (out / MARKER).is_file() and not (tmp_path / "collected.partial").exists()
+    names = sorted(listing(out))
+    (out / "manifest.json").unlink()  # as Snakemake removes a rule's output before it runs the rule again
+    again = collect(trained, out)
+    assert again.returncode == 0, again.stderr
+    assert "every sha256 verified" in again.stdout
+    assert json.loads((out / "manifest.json").read_text())["verified"] is True
+    assert sorted(listing(out)) == names and not (tmp_path / "collected.partial").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["collected"]

@@ -11,8 +11,9 @@ import time
 
 import pytest
 import torch
-from helpers import python_env
+from helpers import assert_refused, python_env
 from launch_helpers import scanned_val
+from safety_helpers import listing
 
 from clipflow.cluster.ports import free_port
 from clipflow.data.cifar.batches import CIFAR10_CLASSES
@@ -191,3 +192,32 @@ def test_bad_input_is_named_before_any_worker_starts(tmp_path, video_run):
         assert done.returncode == 2, (message, done.stdout + done.stderr)
         assert f"clipflow: error: {message}" in done.stderr, done.stderr
         assert not (tmp_path / f"logs_bad{i}.json").exists() and not (tmp_path / f"bad{i}.json").exists()
+
+
+def test_an_out_or_log_dir_that_cannot_be_written_is_refused_before_any_scoring(tmp_path, video_run):
+    """Issue 17: `--out` naming a folder failed with a traceback after the whole evaluation, a .tmp left behind."""
+    work, model, root = video_run
+    val = work / "index/val.lst"
+    plan = make_plan(tmp_path, 2)
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "file").write_text("mine\n")
+    cases = {
+        str(tmp_path / "folder"): f"--out {tmp_path / 'folder'} is a folder, but --out names the file to write: "
+                                  f"give a file path (e.g. --out {tmp_path / 'folder' / 'metrics.json'})",
+        f"{tmp_path / 'new'}/": f"--out {tmp_path / 'new'}/ is a folder",
+        str(tmp_path / "file" / "metrics.json"): f"--out {tmp_path / 'file' / 'metrics.json'}: {tmp_path / 'file'} "
+                                                 "is a file, so the folder",
+    }  # fmt: skip
+    before = listing(tmp_path)
+    for out, message in cases.items():
+        inputs = ["--model", str(model), "--list", str(val), "--root", str(root), "--out", out]
+        alone = clipflow_evaluate(*inputs)
+        launched = clipflow_evaluate("launch", "--plan", str(plan), "--log-dir", str(tmp_path / "logs"), *inputs)
+        for done in (alone, launched):
+            assert_refused(done, message)
+            assert "test protocol" not in done.stdout  # nothing scored
+        assert listing(tmp_path) == before, out  # no log folder, no job, no .tmp
+    inputs = ["--model", str(model), "--list", str(val), "--root", str(root), "--out", str(tmp_path / "m.json")]
+    bad_logs = clipflow_evaluate("launch", "--plan", str(plan), "--log-dir", str(tmp_path / "file"), *inputs)
+    assert_refused(bad_logs, f"--log-dir {tmp_path / 'file'} is a file, not a folder")
+    assert listing(tmp_path) == before

@@ -28,5 +28,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True, help="train launch's --model-out")
     p.add_argument("--backend", default=config_defaults("train")["backend"], choices=["ps", "ddp"],
                    help="train launch's --backend (one the run did not train with is named)")  # fmt: skip
-    p.add_argument("--out", required=True, help="the collection folder; manifest.json in it when all verified")
+    p.add_argument("--out", required=True, help="the collection folder: a new or empty one, or an earlier collection "
+                   "(replaced whole); manifest.json in it when all verified")  # fmt: skip
     p.set_defaults(func=cmd_collect)

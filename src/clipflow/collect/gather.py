@@ -6,15 +6,21 @@ checkpoint of the run's checkpoint folder (the one under the checkpoint root who
 file comes with the ``.sha256`` its writer recorded; the copy's sha256 must equal it. Copies go to
 ``<out>.partial/``, which becomes ``<out>/`` with ``manifest.json`` only when every file is verified; otherwise
 ``<out>/`` holds no manifest and every problem is reported, each naming its host and file.
+
+Since ``<out>/`` is replaced whole by the next complete collection, collect writes only to a folder of its own:
+every folder it makes holds :data:`MARKER`, and an ``--out`` (or its ``.partial``) that exists without it and is
+not empty (a run's own folder, ``.``, a home folder) is refused before anything is fetched.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import posixpath
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import paramiko
 
@@ -27,6 +33,9 @@ from clipflow.host_log import host_log_path
 from clipflow.train.checkpoint import RUN_FACTS, checkpoint_name, order_points
 
 MANIFEST = "manifest.json"
+MARKER = ".clipflow-collection"  # in every folder collect makes: the proof that it may replace or remove it
+MARKER_TEXT = ("made by `clipflow collect`: the next collection into this folder replaces it whole, "
+               "so keep nothing of your own here\n")  # fmt: skip
 
 
 @dataclass
@@ -69,12 +78,12 @@ def collect(plan: Plan, log_dir: str, checkpoint_root: str, model: str, out: Pat
         raise ClipflowError(
             f"the cluster plan places no worker 0 (hosts {', '.join(plan.hosts)}); rerun the cluster stage"
         )
-    out = Path(out)
-    partial = out.with_name(out.name + ".partial")
+    out, partial = check_out(out)
     try:
         (out / MANIFEST).unlink(missing_ok=True)  # an earlier collection must not pass for this one
-        shutil.rmtree(partial, ignore_errors=True)
+        _remove_own(partial)
         (partial / "logs").mkdir(parents=True)
+        (partial / MARKER).write_text(MARKER_TEXT, encoding="utf-8")
         (partial / "checkpoints").mkdir()
     except OSError as exc:
         raise ClipflowError(f"cannot write the collection to --out {out} ({exc.strerror or exc})") from None
@@ -102,13 +111,70 @@ def collect(plan: Plan, log_dir: str, checkpoint_root: str, model: str, out: Pat
         finally:
             where.close()
     if not problems:
-        shutil.rmtree(out, ignore_errors=True)
-        partial.rename(out)
+        _replace_own(out, partial)
         for f in files:
             f.local = str(out / Path(f.local).relative_to(partial))
         manifest = {"plan": plan.hosts, "verified": True, "files": [asdict(f) for f in files]}
         write_text_atomic(out / MANIFEST, json.dumps(manifest, indent=2) + "\n")
     return Outcome(files, problems, out, partial)
+
+
+def check_out(out: str | Path) -> tuple[Path, Path]:
+    """``out`` and its ``.partial`` folder, each refused unless missing, an empty folder or a folder collect made
+    (it holds :data:`MARKER`): a complete collection replaces ``out`` whole, so anything else there would be lost.
+    Called before anything is fetched; ClipflowError naming the path and the way out."""
+    out = Path(out)
+    real = Path(os.path.normpath(out.absolute()))
+    real = real.parent.resolve() / real.name if real.name else real  # links above it resolved
+    if Path.cwd().resolve().is_relative_to(real):  # '.', '..', '/', the home folder one runs in
+        raise ClipflowError(
+            f"--out {out} is the folder collect runs in ({Path.cwd()}) or holds it: collect replaces its output "
+            f"folder whole, so name a new folder (e.g. --out {out / 'collected'}); nothing was changed"
+        )
+    partial = out.with_name(out.name + ".partial")
+    for folder in (out, partial):
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            _refuse(out, folder, "a link" if folder.is_symlink() else "a file")
+        if folder.is_dir() and not _is_own(folder):
+            _refuse(out, folder, f"a folder collect did not make (it holds files and no {MARKER})")
+    return out, partial
+
+
+def _refuse(out: Path, folder: Path, what: str) -> NoReturn:
+    """The refusal of an ``--out`` whose folder (or ``.partial`` folder) is not collect's own."""
+    fix = f"move {folder} away"
+    if folder == out:  # a collection of a clipflow before the marker has none either: its owner removes it
+        fix = f"name a new folder (e.g. --out {out / 'collected'}), or remove it if it is an unmarked older collection"
+    raise ClipflowError(
+        f"--out {out}: {folder} is {what}; collect replaces its output folder whole, so it writes only to a new "
+        f"folder or one of its own earlier collections: {fix}; nothing was changed"
+    )
+
+
+def _is_own(folder: Path) -> bool:
+    """A folder collect may replace: one it made (its marker is there), or an empty one (nothing to lose; the
+    workflow makes the output's folder before the rule runs)."""
+    return (folder / MARKER).is_file() or not any(folder.iterdir())
+
+
+def _remove_own(folder: Path) -> None:
+    """Removes ``folder`` when it is there, after checking once more that it is collect's own."""
+    if folder.is_symlink() or (folder.exists() and not (folder.is_dir() and _is_own(folder))):
+        raise ClipflowError(f"{folder} changed while collecting and is no longer collect's own folder: left as it is")
+    if folder.exists():
+        shutil.rmtree(folder)  # collect's own folder (checked just above): nothing of anyone else's is in it
+
+
+def _replace_own(out: Path, partial: Path) -> None:
+    """The complete collection in ``partial`` becomes ``out``, the earlier collection there (if any) removed."""
+    try:
+        _remove_own(out)
+        partial.rename(out)
+    except OSError as exc:
+        raise ClipflowError(
+            f"cannot move the collection from {partial} to --out {out} ({exc.strerror or exc}); the verified "
+            f"copies are in {partial}"
+        ) from None
 
 
 def _log(role: Role, log_dir: str) -> Wanted:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -28,7 +29,14 @@ from tqdm import tqdm
 from clipflow.data.reader import open_video
 from clipflow.environment import read_env
 from clipflow.errors import ClipflowError
-from clipflow.files import append_record, journal_lines, write_text_atomic
+from clipflow.files import (
+    append_record,
+    check_output_dir,
+    check_output_file,
+    fresh_tmp,
+    journal_lines,
+    write_text_atomic,
+)
 from clipflow.values import is_int, is_number
 
 X264_PRESETS = (
@@ -219,14 +227,15 @@ def reencode(src: str | Path, dst: str | Path, spec: ReencodeSpec, threads: int 
     """Re-encodes src to dst (mp4) as spec says, without audio; raises OSError or ValueError with the reason
     when src cannot be read to its end.
 
-    The output is written to `dst.part` and renamed to dst only when complete, so an interrupted
+    The output is written to a new `<dst>.<random>.part` and renamed to dst only when complete, so an interrupted
     run never leaves a partial file under dst's name. threads is the encoder's thread count
     (0: as many as fit the machine); use 1 when several videos are encoded in parallel.
     """
     src, dst = Path(src), Path(dst)
     began = time.perf_counter()
     dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(dst.name + ".part")
+    tmp, fd = fresh_tmp(dst, ".part")  # a new file beside its own output: never one that was there
+    os.close(fd)
     try:
         frames, width, height = _encode(src, tmp, spec, threads)
     except av.FFmpegError as exc:
@@ -293,6 +302,8 @@ def reencode_tree(
     earlier output of an input that is there but fails now is removed, so a stale output never stays.
     """
     src_root, dst_root = Path(src_root), Path(dst_root)
+    entries = list(entries)
+    check_out_root([entries], dst_root)
     dst_root.mkdir(parents=True, exist_ok=True)
     journal = _read_journal(dst_root)
     results: list[ReencodeResult | None] = []
@@ -323,11 +334,35 @@ def reencode_tree(
     return results
 
 
+def check_out_root(entry_lists: Iterable[Iterable[object]], dst_root: Path) -> None:
+    """Before anything is encoded: a ``dst_root`` that is not a re-encode's own folder (no :data:`JOURNAL` in it)
+    must hold no file at a path an output would take, since an output replaces what is there. The journal is
+    opened before the first output is renamed into place, so every folder this stage wrote to holds one."""
+    if (dst_root / JOURNAL).is_file():
+        return
+    taken = []
+    for entries in entry_lists:
+        for entry in entries:
+            try:
+                dst = dst_root / _output_rel(str(getattr(entry, "path", entry)))
+            except ValueError:
+                continue  # failed in its result, never written
+            if dst.exists() or dst.is_symlink():
+                taken.append(dst)
+    if taken:
+        raise ClipflowError(
+            f"--out-root {dst_root} holds {len(taken)} file(s) where outputs would go (e.g. {taken[0]}) and no "
+            f"{JOURNAL}, so no re-encode made them and they would be replaced: name a new or empty --out-root, "
+            "or move them away; nothing was changed"
+        )
+
+
 def _drop_stale_output(src: Path, dst: Path, rel: str, journal: dict[str, dict]) -> None:
     """After a failed job: an output made earlier from a source that is still there but no longer re-encodes
     (changed, broken) is removed with its journal record, so that no later stage reads it as the source's.
     The output of a source that is not there is kept (a source folder that is not mounted must not wipe
-    the tree); its result says "file not found"."""
+    the tree); its result says "file not found". ``dst`` is under the re-encode's own folder (it holds the
+    journal: :func:`check_out_root`), at the output path of ``src``."""
     if src.exists() and dst.exists():
         dst.unlink()
         journal.pop(rel, None)
@@ -370,6 +405,18 @@ def _run_jobs(
 SHOWN_FAILURES = 10  # failed videos logged one by one; the rest are counted
 
 
+def _check_out_lists(lists: list[str | Path], out_lists: list[str | Path]) -> None:
+    """Every ``--out-list`` a file that can be written, and none of them one of the lists being read."""
+    inputs = {Path(path).resolve(): path for path in lists}
+    for out_list in out_lists:
+        check_output_file(out_list, "--out-list", "train_labels.txt")
+        if Path(out_list).resolve() in inputs:
+            raise ClipflowError(
+                f"--out-list {out_list} is the --list {inputs[Path(out_list).resolve()]} being re-encoded: the list "
+                "of outputs would replace it; name another file (e.g. beside the outputs); nothing was changed"
+            )
+
+
 def reencode_lists(lists: list[str | Path], root: str | Path, out_root: str | Path, spec: ReencodeSpec,
                    out_lists: list[str | Path] | None = None, workers: int = 2, log=print) -> None:  # fmt: skip
     """Re-encodes every video of ``lists`` (paths relative to ``root``) to the same relative paths under
@@ -388,7 +435,10 @@ def reencode_lists(lists: list[str | Path], root: str | Path, out_root: str | Pa
         raise ClipflowError(f"video root {root} is not a folder")
     if out_root.resolve() == root.resolve():
         raise ClipflowError(f"--out-root {out_root} is the video root: the outputs would replace their inputs")
+    check_output_dir(out_root, "--out-root")
+    _check_out_lists(lists, out_lists)
     read = [(path, read_list(path)) for path in lists]
+    check_out_root([entries for _, entries in read], out_root)
     shape = f"{spec.width}x{spec.height}" if spec.width else f"short side {spec.short_side}"
     log(f"re-encoding to {shape}, {spec.fps} fps, a keyframe every {spec.keyframe_interval} frames, no audio")
     nothing_from = []

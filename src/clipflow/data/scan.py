@@ -22,7 +22,12 @@ from clipflow.data.listfile import VideoEntry, write_list
 from clipflow.data.reader import NOT_A_CONTAINER, VideoFileError, open_video
 from clipflow.environment import read_env
 from clipflow.errors import ClipflowError
-from clipflow.files import append_record, journal_lines, write_text_atomic
+from clipflow.files import (
+    append_record,
+    check_output_dir,
+    journal_lines,
+    write_text_atomic,
+)
 
 DECODE_CHUNK = 32
 MEASURED = ("num_frames", "fps", "duration", "width", "height", "error")  # what a journal line keeps of a probe
@@ -204,6 +209,19 @@ def write_index(splits: dict[str, list[ScanResult]], out_dir: str | Path, classe
     return manifest
 
 
+def check_out_dir(out_dir: str | Path, lists: dict[str, str | Path]) -> None:
+    """``out_dir`` checked before any video is decoded: a folder there or makeable, and none of its index files
+    (``<split>.lst``, replaced by name) one of the lists being scanned, which the index would overwrite."""
+    out = check_output_dir(out_dir, "--out-dir")
+    for split, path in lists.items():
+        for written in (out / f"{s}.lst" for s in lists):
+            if written.resolve() == Path(path).resolve():
+                raise ClipflowError(
+                    f"--out-dir {out_dir}: the index {written} would replace the {split} list being scanned "
+                    f"({path}); name another --out-dir (e.g. {out / 'index'}); nothing was changed"
+                )
+
+
 def scan_lists(train_list: str | Path, val_list: str | Path, root: str | Path, num_classes: int,
                classes_file: str | Path | None, out_dir: str | Path, workers: int = 2, log=print) -> dict:
     """Both lists scanned (each resumable from its journal in ``out_dir``), the index and manifest written
@@ -213,6 +231,7 @@ def scan_lists(train_list: str | Path, val_list: str | Path, root: str | Path, n
     from clipflow.data.kinetics import read_classes
     from clipflow.data.listfile import read_list
 
+    check_out_dir(out_dir, {"train": train_list, "val": val_list})
     classes = read_classes(classes_file) if classes_file else None  # one name a line: Kinetics names hold spaces
     if classes is not None and len(classes) > num_classes:
         raise ClipflowError(

@@ -8,6 +8,7 @@ single frame tells the class.
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from tqdm import tqdm
 
 from clipflow.environment import read_env
 from clipflow.errors import ClipflowError
+from clipflow.files import fresh_tmp
 
 DIRECTIONS = {"right": (1, 0), "left": (-1, 0), "down": (0, 1), "up": (0, -1)}
 SPEEDS = {"slow": 1.5, "fast": 3.0}  # pixels per frame at short side 128
@@ -78,7 +80,17 @@ def render(label: int, num_frames: int, spec: SyntheticSpec, rng: np.random.Gene
 
 def write_video(path: Path, frames: np.ndarray, fps: int, keyframe_interval: int) -> None:
     """H.264 mp4 with PyAV, written to a temporary name and renamed when complete."""
-    tmp = path.with_name(path.stem + ".part.mp4")
+    tmp, fd = fresh_tmp(path, ".part.mp4")  # a new file: never one that was there
+    os.close(fd)
+    try:
+        _encode(tmp, frames, fps, keyframe_interval)
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _encode(tmp: Path, frames: np.ndarray, fps: int, keyframe_interval: int) -> None:
     with av.open(str(tmp), mode="w") as container:
         stream = container.add_stream("libx264", rate=fps)
         stream.width, stream.height = frames.shape[2], frames.shape[1]
@@ -88,7 +100,6 @@ def write_video(path: Path, frames: np.ndarray, fps: int, keyframe_interval: int
         for array in frames:
             container.mux(stream.encode(av.VideoFrame.from_ndarray(array, format="rgb24")))
         container.mux(stream.encode())
-    tmp.replace(path)
 
 
 def _make_one(args: tuple[Path, int, int, int, SyntheticSpec]) -> None:

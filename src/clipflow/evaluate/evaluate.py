@@ -21,7 +21,7 @@ from clipflow.evaluate.classes import class_names
 from clipflow.evaluate.metrics import video_metrics
 from clipflow.evaluate.protocol import protocol_of
 from clipflow.evaluate.scoring import score_videos
-from clipflow.files import write_text_atomic
+from clipflow.files import check_output_file, write_text_atomic
 from clipflow.models import build_model
 
 
@@ -71,8 +71,16 @@ def open_list(recipe: dict, list_path: str | Path, root: str | Path):
     return dataset, torch.tensor([e.label for e in entries], dtype=torch.int64)
 
 
-def check_inputs(model_path: str | Path, list_path: str | Path, root: str | Path, batch_size: int | None) -> None:
+def check_out(out: str | Path) -> Path:
+    """``out`` as metrics.json's path, refused before any scoring when it cannot be written there (a folder, or
+    under a file): the whole evaluation would run first and fail at its last step."""
+    return check_output_file(out, "--out", "metrics.json")
+
+
+def check_inputs(model_path: str | Path, list_path: str | Path, root: str | Path, batch_size: int | None,
+                 out: str | Path) -> None:  # fmt: skip
     """Every check a worker would make before scoring, made once (by the launcher)."""
+    check_out(out)
     check_batch_size(batch_size)
     _, recipe = load_model(model_path)
     open_list(recipe, list_path, root)
@@ -90,8 +98,10 @@ def evaluate(
     """Scores this worker's share and gathers every worker's; rank 0 writes ``out`` and returns the metrics,
     the other ranks return None. ``batch_size``: views a forward pass (whole videos, at least one;
     default the recipe's eval_batch_size). ``comm``: the collectives (DDPComm), None for one process."""
-    check_batch_size(batch_size)
     comm = comm or OneProcess()
+    if comm.rank == 0:  # the one that writes it
+        check_out(out)
+    check_batch_size(batch_size)
     device = device or torch.device("cpu")
     model, recipe = load_model(model_path)
     model.to(device)

@@ -13,6 +13,7 @@ from clipflow.cluster.plan import Plan
 from clipflow.errors import ClipflowError
 from clipflow.evaluate.evaluate import check_inputs
 from clipflow.evaluate.job import EvalJob
+from clipflow.files import check_output_dir
 from clipflow.train.launch import job_command, launch_workers
 
 
@@ -23,7 +24,8 @@ def launch_evaluation(plan_path: str, model: str, list_path: str, root: str, out
     plan = Plan.read(plan_path)
     if not any(r.role == "worker" for r in plan.roles) or plan.num_workers < 1:
         raise ClipflowError(f"cluster plan {plan_path} has no workers to evaluate on; rerun the cluster stage")
-    check_inputs(model, list_path, root, batch_size)  # once here, rather than in every worker
+    check_output_dir(log_dir, "--log-dir")  # the job file and the workers' logs go there
+    check_inputs(model, list_path, root, batch_size, out)  # once here, rather than in every worker
     paths = (Path(p).absolute() for p in (model, list_path, root, out))  # as every host of the plan names them
     job = EvalJob(plan, *paths, batch_size)
     command = job_command("evaluate", job.write(log_dir).absolute())

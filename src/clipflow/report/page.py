@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clipflow.errors import ClipflowError
+from clipflow.files import check_output_dir
 from clipflow.report import figures
 from clipflow.report.compare import comparisons
 from clipflow.report.history import read_history
@@ -23,6 +24,8 @@ from clipflow.report.scaling import scaling_points
 from clipflow.report.tables import MAX_CONFUSION_CELLS, confusion_table, pairs, table
 from clipflow.textfile import read_json_object
 
+OWN_FILES = ("report.html", "curves.png", "throughput.png", "confusion.png", "scaling.png")  # all it writes
+TITLE = "clipflow run "  # how every page it writes is titled: a report.html without it is not one of its own
 CSS = """body{font-family:sans-serif;margin:2em;max-width:1400px;color:#222}
 table{border-collapse:collapse;margin:0.5em 0 1.5em}th,td{border:1px solid #ccc;padding:4px 10px;text-align:left}
 thead th{background:#f3f3f3}td{font-variant-numeric:tabular-nums}img{max-width:100%;height:auto;display:block}
@@ -194,9 +197,40 @@ def _dataset(manifest: dict) -> str:
     return part
 
 
+def check_out_dir(out_dir: str | Path) -> Path:
+    """``out_dir`` as the report's folder, checked before any work: a folder (made when missing) that holds
+    nothing but the report's own files, since they are replaced by name; a report.html there must be a page the
+    report wrote. So ``--out-dir`` naming a run's folder, ``.`` or a folder of the user's own is refused, its
+    files untouched. ClipflowError naming it and the way out."""
+    out = check_output_dir(out_dir, "--out-dir")
+    if not out.is_dir():
+        return out
+    others = sorted(p.name for p in out.iterdir() if p.name not in OWN_FILES)
+    if others:
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        raise ClipflowError(
+            f"--out-dir {out} holds files that are not the report's ({shown}): the report writes "
+            f"{', '.join(OWN_FILES)} there, replacing any of those names, so give it a folder of its own "
+            f"(e.g. --out-dir {out / 'report'}); nothing was changed"
+        )
+    page = out / "report.html"
+    if page.exists() and not (page.is_file() and _is_own_page(page)):
+        raise ClipflowError(
+            f"--out-dir {out}: {page} is not a page clipflow report wrote (no <title>{TITLE}...); move it away "
+            f"or name another folder (e.g. --out-dir {out / 'report'}); nothing was changed"
+        )
+    return out
+
+
+def _is_own_page(page: Path) -> bool:
+    """A report.html this command wrote: its head holds the title every such page has."""
+    with page.open("rb") as fh:
+        return f"<title>{TITLE}".encode() in fh.read(2000)
+
+
 def write_report(inputs: ReportInputs, out_dir: str | Path, run: str = "") -> Path:
     """report.html and its figures (curves.png, throughput.png, confusion.png, scaling.png when it applies)."""
-    out = Path(out_dir)
+    out = check_out_dir(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     metrics = _read_json(inputs.metrics, "metrics file")
     for key in ("recipe", "top1", "top5", "num_videos"):
@@ -207,7 +241,7 @@ def write_report(inputs: ReportInputs, out_dir: str | Path, run: str = "") -> Pa
     plan = _read_json(inputs.plan, "cluster plan")
     checks = _read_json(inputs.checks, "host checks") if inputs.checks else None
     collected = _read_json(inputs.collected, "collection manifest") if inputs.collected else None
-    title = f"clipflow run {run or metrics['recipe']}: {metrics['recipe']}"
+    title = f"{TITLE}{run or metrics['recipe']}: {metrics['recipe']}"
     body = "".join([
         f"<h1>{html.escape(title)}</h1>",
         _summary(metrics),

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from clipflow.checksums import checksum_path, record_checksum
+from clipflow.files import fresh_tmp
 
 NAME = re.compile(r"^epoch_(\d{4,})(?:_iter_(\d{6,}))?\.pt$")
 Point = tuple[int, int]  # (epoch, iterations done in it; 0: the epoch is complete)
@@ -44,9 +45,9 @@ def atomic_save(obj: Any, path: str | Path) -> None:
     collection reports)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp, fd = fresh_tmp(path.with_name(f".{path.name}"))  # a new file: never one that was there
     try:
-        with open(tmp, "wb") as fh:
+        with os.fdopen(fd, "wb") as fh:
             torch.save(obj, fh)
             fh.flush()
             os.fsync(fh.fileno())
@@ -64,6 +65,8 @@ def atomic_save(obj: Any, path: str | Path) -> None:
 
 class CheckpointStore:
     def __init__(self, folder: str | Path, keep: int = 3, log=print):
+        if keep < 1:  # points()[:-0] would prune nothing, [:-(-1)] the oldest whatever the count: neither is meant
+            raise ValueError(f"keep must be >= 1 (checkpoints kept), got {keep}")
         self.folder = Path(folder)
         self.keep = keep
         self.log = log
@@ -84,6 +87,9 @@ class CheckpointStore:
     def save(self, state: dict, epoch: int, iteration: int = 0) -> Path:
         path = self.path(epoch, iteration)
         atomic_save(state, path)
+        # pruning touches only epoch_*.pt names (and their .sha256) in this folder, the run's own (named by its
+        # settings' fingerprint under the checkpoint root, made by the trainer): best.pt, best.json, run.json,
+        # job.json and anything else there are never removed; keep >= 1 (the recipe schema), so never the newest
         for old in self.points()[: -self.keep]:
             self.path(*old).unlink(missing_ok=True)
             checksum_path(self.path(*old)).unlink(missing_ok=True)

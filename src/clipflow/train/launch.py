@@ -22,6 +22,7 @@ from clipflow.cluster.ssh import SshSettings
 from clipflow.cluster.sync import sync_host
 from clipflow.data.listfile import read_list
 from clipflow.errors import ClipflowError
+from clipflow.files import check_output_dir, check_output_file
 from clipflow.train.job import TrainJob
 from clipflow.train.launcher import Launcher, RoleCommand, program_problem
 from clipflow.train.roles import role_commands
@@ -54,10 +55,23 @@ def job_command(group: str, job_file: Path) -> Command:
     return lambda role: [group, "worker", "--job", str(job_file), "--rank", str(role.rank)]
 
 
+def check_outputs(job: TrainJob, log_dir: str) -> None:
+    """Every path the run writes, checked before anything starts (the final model and metrics are written only
+    after the last epoch): each a folder or a file as it will be used, there or makeable. ClipflowError naming
+    the flag and the path."""
+    check_output_dir(log_dir, "--log-dir")
+    check_output_dir(job.paths.checkpoint_root, "--checkpoint-root")
+    check_output_file(job.paths.model_out, "--model-out", "model.pt")
+    check_output_file(job.paths.metrics_out, "--metrics-out", "metrics.jsonl")
+    if job.paths.tensorboard is not None:
+        check_output_dir(job.paths.tensorboard, "--tensorboard")
+
+
 def launch_training(job: TrainJob, log_dir: str, grace: float) -> int:
     """Writes ``job`` beside its checkpoints and runs its workers from that file; the launcher's exit code."""
     if job.paths.val_list is not None:
         read_list(job.paths.val_list)  # a missing or broken val list, named before anything starts
+    check_outputs(job, log_dir)
     return launch_workers(job.plan, job_command("train", job.write()), job.backend, log_dir, grace, host_logs=True)
 
 

@@ -22,6 +22,7 @@ model's (N, C, H, W) once batched.
 from __future__ import annotations
 
 import importlib
+import os
 import pickle
 import re
 from collections.abc import Sequence
@@ -31,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from clipflow.errors import ClipflowError
+from clipflow.files import fresh_tmp
 
 SIDE = 32  # CIFAR images are 32x32
 PIXELS = 3 * SIDE * SIDE  # 3,072 values a row
@@ -145,10 +147,14 @@ def read_label_names(path: str | Path) -> list[str]:
 
 def _dump_atomic(path: Path, obj: dict[bytes, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as f:
-        pickle.dump(obj, f, protocol=4)
-    tmp.replace(path)
+    tmp, fd = fresh_tmp(path)  # a new file: never one that was there
+    try:
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump(obj, f, protocol=4)
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def write_batch(

@@ -1,0 +1,99 @@
+"""clipflow.files: an atomic write leaves the old file or the new one and nothing else, whatever fails, and never
+touches a file that was there before; the output checks refuse a folder for a file, a file for a folder and a path
+whose folder cannot be made, naming the flag and the path, and make nothing."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+from safety_helpers import listing
+
+from clipflow.errors import ClipflowError
+from clipflow.files import check_output_dir, check_output_file, write_text_atomic
+
+
+def test_an_atomic_write_replaces_the_file_and_leaves_nothing_else(tmp_path):
+    (tmp_path / "out.json.tmp").write_text("someone's own\n")  # the name the old temporary file had
+    write_text_atomic(tmp_path / "out.json", "old\n")
+    write_text_atomic(tmp_path / "out.json", "new\n")
+    assert (tmp_path / "out.json").read_text() == "new\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json", "out.json.tmp"]
+    assert (tmp_path / "out.json.tmp").read_text() == "someone's own\n"
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE((tmp_path / "out.json").stat().st_mode) == 0o666 & ~umask  # as a plain write's
+
+
+@pytest.mark.parametrize(
+    "fail",
+    [
+        pytest.param(lambda path: write_text_atomic(path, "\ud800"), id="unencodable-text"),
+        pytest.param(lambda path: write_text_atomic(path.parent / "folder", "x"), id="target-is-a-folder"),
+    ],
+)
+def test_a_failed_atomic_write_leaves_the_old_file_and_no_tmp(tmp_path, fail):
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "inside.txt").write_text("kept\n")
+    write_text_atomic(tmp_path / "out.json", "old\n")
+    before = listing(tmp_path)
+    with pytest.raises((UnicodeEncodeError, IsADirectoryError)):
+        fail(tmp_path / "out.json")
+    assert listing(tmp_path) == before
+
+
+def test_an_interrupted_atomic_write_leaves_no_tmp(tmp_path, monkeypatch):
+    write_text_atomic(tmp_path / "out.json", "old\n")
+
+    def interrupted(src, dst):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_text_atomic(tmp_path / "out.json", "new\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]
+    assert (tmp_path / "out.json").read_text() == "old\n"
+
+
+def test_an_output_file_that_is_a_folder_or_under_a_file_is_refused(tmp_path):
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "file").write_text("mine\n")
+    before = listing(tmp_path)
+    cases = {
+        str(tmp_path / "folder"): f"--out {tmp_path / 'folder'} is a folder, but --out names the file to write: give "
+        f"a file path (e.g. --out {tmp_path / 'folder' / 'metrics.json'})",
+        f"{tmp_path / 'missing'}/": f"--out {tmp_path / 'missing'}/ is a folder",
+        str(tmp_path / "file" / "deeper" / "m.json"): f"--out {tmp_path / 'file' / 'deeper' / 'm.json'}: "
+        f"{tmp_path / 'file'} is a file, so the folder {tmp_path / 'file' / 'deeper'} cannot be made",
+    }
+    for path, message in cases.items():
+        with pytest.raises(ClipflowError) as refused:
+            check_output_file(path, "--out", "metrics.json")
+        assert str(refused.value).startswith(message), str(refused.value)
+    assert check_output_file(tmp_path / "a" / "b" / "m.json", "--out") == tmp_path / "a" / "b" / "m.json"
+    assert listing(tmp_path) == before  # a check makes nothing
+
+
+def test_an_output_folder_that_is_a_file_or_under_one_is_refused(tmp_path):
+    (tmp_path / "file").write_text("mine\n")
+    before = listing(tmp_path)
+    with pytest.raises(ClipflowError, match=f"^--out-dir {tmp_path / 'file'} is a file, not a folder"):
+        check_output_dir(tmp_path / "file", "--out-dir")
+    with pytest.raises(ClipflowError, match=f"^--out-dir {tmp_path / 'file' / 'x'}: {tmp_path / 'file'} is a file"):
+        check_output_dir(tmp_path / "file" / "x", "--out-dir")
+    assert check_output_dir(tmp_path / "new" / "deeper", "--out-dir") == tmp_path / "new" / "deeper"
+    assert listing(tmp_path) == before
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write in any folder")
+def test_an_output_folder_without_write_permission_is_refused(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    try:
+        with pytest.raises(ClipflowError, match=f"no permission to make the folder {locked / 'x'} in {locked}"):
+            check_output_dir(locked / "x", "--out-dir")
+        with pytest.raises(ClipflowError, match=f"no permission to write in the folder {locked}"):
+            check_output_file(locked / "m.json", "--out")
+    finally:
+        locked.chmod(0o700)
