@@ -1,6 +1,10 @@
 # clipflow: distributed training of video models, end to end.
 # `snakemake --cores 1 train_slowfast` runs the embedded default of config.yaml.
-from snakemake.utils import min_version, validate
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import min_version, update_config
+
+from clipflow.errors import ClipflowError
+from clipflow.schemas import typed_command_line, validate
 
 min_version("9.20")
 
@@ -11,7 +15,14 @@ configfile: "config.yaml"
 report: "workflow/report/workflow.rst"
 
 
-validate(config, "workflow/schemas/config.schema.yaml", set_default=True)
+# Where the config enters, once: `--config` values inside a mapping arrive as strings (Snakemake reads them with
+# YAML's BaseLoader), so they are typed here as config.yaml's would be, then the whole config is checked against
+# its schema (types, ranges, names, no NaN or infinity) and its defaults filled in, before any rule reads it.
+try:
+    update_config(config, typed_command_line(workflow.config_settings.config))
+    config.update(validate(config, "config.schema.yaml", "config"))
+except ClipflowError as exc:
+    raise WorkflowError(f"clipflow: {exc}")
 
 
 include: "workflow/rules/common.smk"

@@ -123,8 +123,19 @@ def test_a_job_file_and_the_flags_that_make_one_are_not_mixed(tmp_path):
     path = tiny_job(tmp_path).write()
     done = clipflow_run("train", "launch", "--job", str(path), "--log-dir", str(tmp_path / "logs"), "--recipe", "x")
     assert done.returncode == 2 and "--job names the whole job: drop --recipe, or drop --job" in done.stderr
-    done = clipflow_run("train", "launch", "--job", str(path), "--log-dir", str(tmp_path / "logs"), "--backend", "ps",
-                        "--seed", "0", "--update-on-kvstore")  # the job's own settings, or not: never ignored
+    done = clipflow_run(
+        "train",
+        "launch",
+        "--job",
+        str(path),
+        "--log-dir",
+        str(tmp_path / "logs"),
+        "--backend",
+        "ps",
+        "--seed",
+        "0",
+        "--update-on-kvstore",
+    )  # the job's own settings, or not: never ignored
     assert done.returncode == 2, done.stderr
     assert "drop --backend, --update-on-kvstore, --seed, or drop --job" in done.stderr
     done = clipflow_run("train", "launch", "--log-dir", str(tmp_path / "logs"), "--recipe", "slowfast_tiny_synthetic")

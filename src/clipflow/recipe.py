@@ -1,14 +1,19 @@
-"""Recipes: load `recipes/<name>.yaml`, apply overrides, validate against the schema, fill defaults."""
+"""Recipes: load `recipes/<name>.yaml`, apply overrides, validate against the schema, fill defaults, and check
+what the schema cannot say: the model takes the data's kind, every pathway gets frames, the crop fits in the
+frames, the clip's span fits in the data's videos where they are known."""
 
 from __future__ import annotations
 
 import copy
+import re
+from collections.abc import Iterable
 from pathlib import Path
 
 from clipflow.errors import ClipflowError
 from clipflow.schemas import REPO, load_yaml, validate
 
 RECIPES_DIR = REPO / "recipes"
+NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")  # a file name in recipes/, without '/' and not '.' or '..'
 
 
 def deep_merge(base: dict, extra: dict) -> dict:
@@ -23,11 +28,21 @@ def recipe_path(name_or_path: str, recipes_dir: str | Path = RECIPES_DIR) -> Pat
     candidate = Path(name_or_path)
     if candidate.suffix in (".yaml", ".yml") and candidate.is_file():
         return candidate
+    check_recipe_name(name_or_path)
     path = Path(recipes_dir) / f"{name_or_path}.yaml"
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in Path(recipes_dir).glob("*.yaml"))) or "none"
         raise ClipflowError(f"unknown recipe {name_or_path!r}: no file {path}; known recipes: {known}")
     return path
+
+
+def check_recipe_name(name: str) -> None:
+    """A recipe name stays in recipes/: ``../x`` or ``a/b`` would read a file elsewhere."""
+    if not NAME.fullmatch(name):
+        raise ClipflowError(
+            f"recipe {name!r} is not a recipe name: a name is a file of recipes/ without .yaml (letters, digits, "
+            "'_', '-', '.'; no '/', not starting with '.'); give one, or the path of an existing .yaml recipe file"
+        )
 
 
 def load_recipe(name_or_path: str, overrides: dict | None = None, recipes_dir: str | Path = RECIPES_DIR) -> dict:
@@ -46,6 +61,9 @@ def check_recipe(data: object, what: str) -> dict:
     check_data_kind(recipe, what)
     check_optimizer(recipe, what)
     check_pathways(recipe, what)
+    if recipe["data"]["kind"] == "video":
+        check_clip(recipe, what)
+        check_crop(recipe, what)
     return recipe
 
 
@@ -89,3 +107,71 @@ def check_pathways(recipe: dict, what: str) -> None:
             f"{what}: data.slow_temporal_stride {slow} / data.fast_temporal_stride {fast} must be model "
             f"{recipe['model']['name']}'s alpha {alpha} (the fast pathway has alpha times the slow one's frames)"
         )
+
+
+def check_clip(recipe: dict, what: str) -> None:
+    """The sampling settings as the loader will take them (ClipSpec), and each pathway of the model gets at least
+    one frame of the span: the fast one every fast_temporal_stride-th frame, the slow one (SlowFast) every
+    slow_temporal_stride-th."""
+    from clipflow.data.sampling import ClipSpec
+    from clipflow.models.builder import slowfast_alpha
+
+    try:
+        ClipSpec.from_recipe(recipe)
+    except ClipflowError as exc:
+        raise ClipflowError(f"{what}: {exc}") from None
+    data = recipe["data"]
+    two = slowfast_alpha(recipe["model"]) is not None
+    pathway, stride = ("slow", "slow_temporal_stride") if two else ("fast", "fast_temporal_stride")
+    if data["new_length"] < data[stride]:
+        raise ClipflowError(
+            f"{what}: data.new_length {data['new_length']} gives the {pathway} pathway no frame: it takes every "
+            f"data.{stride}-th ({data[stride]}) frame of the span; set new_length to at least {data[stride]}"
+        )
+
+
+def check_crop(recipe: dict, what: str) -> None:
+    """Every mode's crops can be cut from frames decoded at new_width x new_height (the loader's own check,
+    made here before any stage instead of when validation or evaluation first opens the data)."""
+    from clipflow.data.transforms import TransformSpec
+
+    data = recipe["data"]
+    try:
+        spec = TransformSpec.from_recipe(recipe)
+        for mode in ("train", "val", "test"):
+            spec.check_frame(data["new_height"], data["new_width"], mode)
+    except ClipflowError as exc:
+        raise ClipflowError(f"{what}: {exc}") from None
+
+
+def span_frames(recipe: dict) -> int:
+    """The frames a video needs for a clip that repeats no frame: each of num_segments chunks holds a span of
+    new_length x new_step frames, the chunks' starts at least a frame apart (GluonCV's sampling)."""
+    data = recipe["data"]
+    return data["new_length"] * data["new_step"] + data["num_segments"] - 1
+
+
+def check_span(recipe: dict, longest: int, where: str, what: str) -> None:
+    """The clip's span must fit in the longest video of the data (``where`` names it): a video shorter than the
+    span repeats its last frame, so a span longer than every video is a setting to fix, not the data's nature."""
+    if recipe["data"]["kind"] != "video" or span_frames(recipe) <= longest:
+        return
+    data = recipe["data"]
+    segments = f" + data.num_segments {data['num_segments']} - 1" if data["num_segments"] > 1 else ""
+    raise ClipflowError(
+        f"{what}: a clip spans {span_frames(recipe)} frames (data.new_length {data['new_length']} x data.new_step "
+        f"{data['new_step']}{segments}) but the longest video {where} has {longest}: every clip would repeat "
+        "frames; shorten new_length or new_step, or use longer videos"
+    )
+
+
+def check_span_in_lists(recipe: dict, lists: Iterable[str | Path], what: str) -> None:
+    """:func:`check_span` against the longest video of scanned lists (``path num_frames label``); lists
+    without frame counts are passed over."""
+    from clipflow.data.listfile import read_list
+
+    counted = [(entry.num_frames, str(path)) for path in lists for entry in read_list(path)
+               if entry.num_frames is not None]  # fmt: skip
+    if counted:
+        longest, path = max(counted)
+        check_span(recipe, longest, f"in {path}", what)

@@ -18,13 +18,14 @@ import signal
 import sys
 
 from clipflow.cli import cluster, collect, data, evaluate, models, ps, report, status, train
+from clipflow.cli.args import Parser
 from clipflow.errors import FAILURES
 
 GROUPS = (cluster, data, train, collect, ps, evaluate, status, report, models)  # the order --help lists them in
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="clipflow", description=__doc__.split("\n\n")[0])
+    parser = Parser(prog="clipflow", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for group in GROUPS:
         group.register(sub)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from clipflow.cli.args import host_args, ssh_args, ssh_settings
+from clipflow.cli.args import at_least_zero, count, host_args, port, seconds, ssh_args, ssh_settings
 from clipflow.errors import ClipflowError
 from clipflow.schemas import config_defaults
 
@@ -94,10 +94,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = cluster.add_parser("plan", help="place roles on hosts and check the ports")
     p.add_argument("--launcher", default=defaults["launcher"], choices=["local", "ssh", "slurm"])
     host_args(p)
-    p.add_argument("--num-workers", type=int, default=defaults["num_workers"])
-    p.add_argument("--num-servers", type=int, default=defaults["num_servers"])
-    p.add_argument("--root-port", type=int, default=defaults["root_port"])
-    p.add_argument("--heartbeat-timeout", type=float, default=float(defaults["heartbeat_timeout"]))
+    p.add_argument("--num-workers", type=count, default=defaults["num_workers"])
+    p.add_argument("--num-servers", type=count, default=defaults["num_servers"])
+    p.add_argument("--root-port", type=port, default=defaults["root_port"])
+    p.add_argument("--heartbeat-timeout", type=seconds, default=float(defaults["heartbeat_timeout"]))
     p.add_argument("--placement", default=defaults["placement"], choices=["beside", "cycle"])
     p.add_argument(
         "--security",
@@ -119,7 +119,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = cluster.add_parser("check", help="check every host of a plan: ssh, versions, paths, ports, disk")
     p.add_argument("--plan", required=True)
     p.add_argument("--path", action="append", default=[], help="a path the run reads (repeat)")
-    p.add_argument("--min-free-gb", type=float, default=float(defaults["min_free_gb"]))
+    p.add_argument("--min-free-gb", type=at_least_zero, default=float(defaults["min_free_gb"]))
     p.add_argument("--out", required=True, help="the checks as JSON")
     p.set_defaults(func=cmd_check)
     p = cluster.add_parser("sync", help="rsync the working folder to every host of a plan")
@@ -130,19 +130,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_sync)
 
     p = sub.add_parser("launch", help="MXNet launch.py's flags: scheduler, servers and workers running a command")
-    p.add_argument("-n", "--num-workers", type=int, required=True)
-    p.add_argument("-s", "--num-servers", type=int, default=0, help="default: as many as workers")
+    p.add_argument("-n", "--num-workers", type=count, required=True)
+    p.add_argument("-s", "--num-servers", type=count, default=None, help="default: as many as workers")
     p.add_argument("-H", "--hostfile", dest="hosts_file", default="", help="[user@]host[:port] [slots=N] a line")
     p.add_argument("--launcher", choices=["local", "ssh", "slurm"], default="", help="default: ssh with -H, else local")
     p.add_argument("--sync-dst-dir", default="", help="ssh: rsync this folder there first and run there")
     p.add_argument("--env", action="append", default=[], help="NAME=VALUE for every role (repeat)")
     p.add_argument("--placement", default=defaults["placement"], choices=["beside", "cycle"])
-    p.add_argument("--port", type=int, default=defaults["root_port"], help="the scheduler's port")
-    p.add_argument("--heartbeat-timeout", type=float, default=float(defaults["heartbeat_timeout"]))
+    p.add_argument("--port", type=port, default=defaults["root_port"], help="the scheduler's port")
+    p.add_argument("--heartbeat-timeout", type=seconds, default=float(defaults["heartbeat_timeout"]))
     p.add_argument("--security", default=defaults["security"], choices=["auto", "curve", "none"])
     p.add_argument("--python", default="", help="ssh: the Python on the hosts (default: this one)")
     p.add_argument("--log-dir", default="logs/launch")
-    p.add_argument("--grace", type=float, default=10.0)
+    p.add_argument("--grace", type=at_least_zero, default=10.0, help="seconds between SIGTERM and SIGKILL")
     ssh_args(p)
     p.add_argument("command", nargs=argparse.REMAINDER, help="the workers' command")
     p.set_defaults(func=cmd_launch)

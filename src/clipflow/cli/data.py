@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from clipflow.cli.args import json_object
+from clipflow.cli.args import count, json_object, setting
 from clipflow.schemas import config_defaults
 
 
@@ -102,17 +102,18 @@ def cmd_splits(a: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     defaults = config_defaults("data")
     synthetic, reencode = defaults["synthetic"], defaults["reencode"]
+    in_reencode = {key: setting("data", "reencode", key) for key in ("short_side", "gop", "crf", "workers")}
     data = sub.add_parser("data", help="data sets").add_subparsers(dest="action", required=True)
     p = data.add_parser("synth", help="generate the synthetic motion set")
     p.add_argument("--out-dir", required=True)
     for name in ("num_train", "num_val", "seed", "min_frames", "max_frames", "short_side"):
-        p.add_argument(f"--{name.replace('_', '-')}", type=int, default=synthetic[name])
-    p.add_argument("--workers", type=int, default=2)
+        p.add_argument(f"--{name.replace('_', '-')}", type=setting("data", "synthetic", name), default=synthetic[name])
+    p.add_argument("--workers", type=count, default=2)
     p.set_defaults(func=cmd_synth)
     p = data.add_parser("cifar-synth", help="generate a small learnable set in CIFAR-10's python format")
     p.add_argument("--out-dir", required=True)
-    p.add_argument("--num-train", type=int, default=500)
-    p.add_argument("--num-val", type=int, default=100)
+    p.add_argument("--num-train", type=count, default=500)
+    p.add_argument("--num-val", type=count, default=100)
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_cifar_synth)
     p = data.add_parser("cifar-index", help="list files and a manifest of a cifar-10-batches-py folder")
@@ -123,10 +124,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--train-list", required=True)
     p.add_argument("--val-list", required=True)
     p.add_argument("--root", required=True)
-    p.add_argument("--num-classes", type=int, required=True, help="labels must be in [0, num_classes)")
+    p.add_argument("--num-classes", type=count, required=True, help="labels must be in [0, num_classes)")
     p.add_argument("--classes", default="", help="the class index, one name a line (line number - 1 = label)")
     p.add_argument("--out-dir", required=True)
-    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--workers", type=count, default=2)
     p.set_defaults(func=cmd_scan)
     p = data.add_parser("kinetics", help="Kinetics annotation CSVs to the scan's 'path label' lists and classes.txt")
     p.add_argument("--train-csv", required=True, help="label,youtube_id,time_start,time_end,split")
@@ -146,14 +147,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out-root", required=True, help="outputs go to the same relative paths here, as .mp4")
     p.add_argument("--out-list", action="append", default=[], help="per --list: a 'path label' list of the outputs")
     shape = p.add_mutually_exclusive_group()
-    shape.add_argument("--short-side", type=int, default=reencode["short_side"],
+    shape.add_argument("--short-side", type=in_reencode["short_side"], default=reencode["short_side"],
                        help="scale the short side to this, keeping the aspect")  # fmt: skip
     shape.add_argument("--size", type=size, default=None, help="WIDTHxHEIGHT for every output, e.g. 340x256")
     p.add_argument("--fps", type=number, default=reencode["fps"])
-    p.add_argument("--gop", type=int, default=reencode["gop"], help="a keyframe every this many frames")
-    p.add_argument("--crf", type=int, default=reencode["crf"], help="x264 quality: 0 lossless to 51")
+    p.add_argument("--gop", type=in_reencode["gop"], default=reencode["gop"], help="a keyframe every this many frames")
+    p.add_argument("--crf", type=in_reencode["crf"], default=reencode["crf"], help="x264 quality: 0 lossless to 51")
     p.add_argument("--preset", default=reencode["preset"], help="x264 preset")
-    p.add_argument("--workers", type=int, default=reencode["workers"], help="videos encoded in parallel")
+    p.add_argument("--workers", type=in_reencode["workers"], default=reencode["workers"], help="videos encoded at once")
     p.set_defaults(func=cmd_reencode)
     p = data.add_parser("frames", help="print the frames and crop each clip of a recipe reads, a JSON line per video")
     p.add_argument("list", help="a scanned list file (path num_frames label)")
@@ -161,13 +162,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--overrides", default="{}", help="recipe overrides as JSON")
     p.add_argument("--mode", choices=["train", "val", "test"], default="train")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--epoch", type=int, default=1, help="training epoch (1-based, as the trainer counts)")
+    p.add_argument("--epoch", type=count, default=1, help="training epoch (1-based, as the trainer counts)")
     p.add_argument("--root", default="", help="folder the list's paths are relative to (default: the list's)")
     p.set_defaults(func=cmd_frames)
 
     p = sub.add_parser("splits", help="one list per worker, all of the same length")
     p.add_argument("--list", required=True)
-    p.add_argument("--num-workers", type=int, required=True)
+    p.add_argument("--num-workers", type=count, required=True)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", required=True)
     p.add_argument("--fill", choices=["wrap", "drop"], default="wrap", help="when the list does not divide")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from clipflow.cli.args import launched
+from clipflow.cli.args import at_least_zero, count, launched, whole
 from clipflow.errors import ClipflowError
 
 
@@ -47,7 +47,7 @@ def _inputs(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument("--out", required=required, help="metrics.json to write")
     p.add_argument(
         "--batch-size",
-        type=int,
+        type=count,
         default=None,
         help="views a forward pass at most; a batch holds whole videos (default: the recipe's eval_batch_size)",
     )
@@ -69,11 +69,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = forms.add_parser("launch", help="evaluate on every worker of a plan (torch.distributed), rank 0 writes --out")
     p.add_argument("--plan", required=True, help="the cluster plan (clipflow cluster plan); its workers run")
     p.add_argument("--log-dir", required=True, help="one log a worker, and the evaluation's job.json")
-    p.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL at teardown")
+    p.add_argument("--grace", type=at_least_zero, default=10.0, help="seconds between SIGTERM and SIGKILL at teardown")
     _inputs(p, required=True)
     p.set_defaults(func=cmd_launch)
     p = forms.add_parser("worker", help="one worker of an evaluation (started by `evaluate launch` with its job file "
                          "and rank)")  # fmt: skip
     p.add_argument("--job", required=True, help="the evaluation's job.json")
-    p.add_argument("--rank", type=int, required=True, help="this worker's rank")
+    p.add_argument("--rank", type=whole(0), required=True, help="this worker's rank")
     p.set_defaults(func=cmd_worker)

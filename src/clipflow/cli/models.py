@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from clipflow.cli.args import count
 from clipflow.errors import ClipflowError
 
 
@@ -24,5 +25,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("models", help="model names and sizes")
     p.add_argument("action", choices=["list", "info"])
     p.add_argument("name", nargs="?", help="a name from `models list` (info)")
-    p.add_argument("--num-classes", type=int, default=400)
+    p.add_argument("--num-classes", type=count, default=400)
     p.set_defaults(func=cmd_models)

@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import argparse
 
-from clipflow.cli.args import json_object, launched
+from clipflow.cli.args import at_least_zero, json_object, launched, whole
 from clipflow.errors import ClipflowError
 from clipflow.schemas import config_defaults
 
 JOB_INPUTS = ("plan", "recipe", "splits_dir", "root", "checkpoint_root", "model_out", "metrics_out")
 PATHS = ("splits_dir", "root", "checkpoint_root", "model_out", "metrics_out", "val_list", "tensorboard")
-SETTINGS = ("overrides", "val_list", "tensorboard", "backend", "kvstore", "update_on_kvstore", "compression",
-            "compression_threshold", "seed")  # flags that make a job, unset unless typed (their defaults: below)
+SETTINGS = (
+    "overrides",
+    "val_list",
+    "tensorboard",
+    "backend",
+    "kvstore",
+    "update_on_kvstore",
+    "compression",
+    "compression_threshold",
+    "seed",
+)  # flags that make a job, unset unless typed (their defaults: below)
 
 
 def flag(name: str) -> str:
@@ -81,7 +90,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--job", default="", help="a job.json to launch (instead of the flags that make one)")
     p.add_argument("--plan", default="", help="the cluster plan (clipflow cluster plan)")
     p.add_argument("--log-dir", required=True)
-    p.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL at teardown")
+    p.add_argument("--grace", type=at_least_zero, default=10.0, help="seconds between SIGTERM and SIGKILL at teardown")
     p.add_argument("--recipe", default="", help="a recipe name (recipes/NAME.yaml) or file")
     p.add_argument("--overrides", default=None, help="recipe overrides as JSON, deep-merged (default: none)")
     p.add_argument("--splits-dir", default="", help="worker{rank}.lst, one list a worker")
@@ -103,5 +112,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_launch)
     p = train.add_parser("worker", help="one worker of a job (started by the launcher with its job file and rank)")
     p.add_argument("--job", required=True, help="the run's job.json")
-    p.add_argument("--rank", type=int, required=True, help="this worker's rank")
+    p.add_argument("--rank", type=whole(0), required=True, help="this worker's rank")
     p.set_defaults(func=cmd_worker)

@@ -10,6 +10,7 @@ the launcher reads; hosts are written as ``[user@]host[:port]``.
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import sys
@@ -24,7 +25,9 @@ from clipflow.environment import SECURITY_MODES, read_env
 from clipflow.errors import ClipflowError
 from clipflow.ps.env import is_loopback
 from clipflow.ps.security import insecure_refusal, make_keys
+from clipflow.schemas import config_setting
 from clipflow.textfile import read_json_object
+from clipflow.values import is_int, is_number
 
 LOCAL_NAMES = {"localhost", "127.0.0.1", "::1"}
 LAUNCHERS = ("local", "ssh", "slurm")
@@ -126,6 +129,54 @@ def address_of(host: Host) -> str:
         raise ClipflowError(f"cannot resolve host {host.host!r} ({exc}); check the hosts file or DNS") from None
 
 
+def port_range() -> tuple[int, int]:
+    """The scheduler's ports, as the config schema bounds cluster.root_port (no privileged port below 1024)."""
+    port = config_setting("cluster", "root_port")
+    return port["minimum"], port["maximum"]
+
+
+def check_port(port: object, key: str = "cluster.root_port") -> None:
+    """``port`` in :func:`port_range`, else an error naming ``key`` (the setting or flag) and the fix."""
+    low, high = port_range()
+    if is_int(port) and low <= port <= high:
+        return
+    privileged = " (below 1024 only root may listen)" if is_int(port) and 0 < port < low else ""
+    raise ClipflowError(
+        f"{key} must be a port in {low}-{high}, got {port!r}{privileged}; give a free port in that range, e.g. "
+        f"{config_setting('cluster', 'root_port')['default']}"
+    )
+
+
+def check_settings(num_workers: int, num_servers: int, root_port: int, heartbeat_timeout: float) -> None:
+    """Counts, the port and the timeout in their ranges, each named with its fix (the command line's flags are
+    checked the same way as they are parsed; this guards every other caller)."""
+    for key, count in (("num_workers", num_workers), ("num_servers", num_servers)):
+        if not is_int(count) or count < 1:
+            raise ClipflowError(f"cluster.{key} must be a whole number >= 1, got {count!r}; give 1 or more")
+    check_port(root_port)
+    if not is_number(heartbeat_timeout) or not math.isfinite(heartbeat_timeout) or heartbeat_timeout <= 0:
+        raise ClipflowError(
+            f"cluster.heartbeat_timeout must be a number of seconds > 0, got {heartbeat_timeout!r}; give the "
+            "seconds of silence before a process is declared dead, e.g. 30"
+        )
+
+
+def check_reachable(hosts: list[Host], addresses: Mapping[Host, str]) -> None:
+    """Every role advertises its host's address to the others (the scheduler's is DMLC_PS_ROOT_URI): a host on
+    loopback cannot be reached from another machine, so a plan cannot mix loopback hosts with remote ones."""
+    local = [h for h in hosts if is_loopback(addresses[h])]
+    remote = [h for h in hosts if not is_loopback(addresses[h])]
+    if not local or not remote:
+        return
+    where = "the scheduler's host" if local[0] == hosts[0] else "a host"
+    address = "" if addresses[local[0]] == local[0].host else f" ({addresses[local[0]]})"
+    raise ClipflowError(
+        f"cluster.hosts: {where}, {local[0]}{address}, is on loopback, which the remote hosts "
+        f"{', '.join(str(h) for h in remote)} cannot reach; name this machine by an address the other hosts "
+        "reach (its name or IP on their network), or use only this machine (hosts: [localhost])"
+    )
+
+
 def make_plan(
     launcher: str,
     hosts: list[Host],
@@ -145,6 +196,7 @@ def make_plan(
         raise ClipflowError(f"cluster.launcher must be one of {', '.join(LAUNCHERS)}, not {launcher!r}")
     if not hosts:
         raise ClipflowError("cluster.hosts is empty: name at least one host")
+    check_settings(num_workers, num_servers, root_port, heartbeat_timeout)
     if launcher == "local" and any(h.host not in LOCAL_NAMES for h in hosts):
         raise ClipflowError(
             f"the local launcher runs every role on this machine, but cluster.hosts names "
@@ -152,6 +204,7 @@ def make_plan(
         )
     # Slurm node names resolve inside the allocation (maybe not where the plan is made): roles use them as they are
     addresses = {h: h.host if launcher == "slurm" else address_of(h) for h in hosts}
+    check_reachable(hosts, addresses)
     roles = [
         Role(role, rank, str(replace(h, slots=1)), addresses[h])
         for role, rank, h in place(hosts, num_workers, num_servers, placement)

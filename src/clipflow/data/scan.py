@@ -222,8 +222,16 @@ def check_out_dir(out_dir: str | Path, lists: dict[str, str | Path]) -> None:
                 )
 
 
-def scan_lists(train_list: str | Path, val_list: str | Path, root: str | Path, num_classes: int,
-               classes_file: str | Path | None, out_dir: str | Path, workers: int = 2, log=print) -> dict:
+def scan_lists(
+    train_list: str | Path,
+    val_list: str | Path,
+    root: str | Path,
+    num_classes: int,
+    classes_file: str | Path | None,
+    out_dir: str | Path,
+    workers: int = 2,
+    log=print,
+) -> dict:
     """Both lists scanned (each resumable from its journal in ``out_dir``), the index and manifest written
     there; logs the counts and each video left out. Raises ClipflowError when a split keeps no video, when
     the class index names more classes than the model has, or when a list's label is no class index (one of

@@ -23,6 +23,7 @@ from clipflow.cluster.sync import sync_host
 from clipflow.data.listfile import read_list
 from clipflow.errors import ClipflowError
 from clipflow.files import check_output_dir, check_output_file
+from clipflow.recipe import check_span_in_lists
 from clipflow.train.job import TrainJob
 from clipflow.train.launcher import Launcher, RoleCommand, program_problem
 from clipflow.train.roles import role_commands
@@ -72,6 +73,10 @@ def launch_training(job: TrainJob, log_dir: str, grace: float) -> int:
     if job.paths.val_list is not None:
         read_list(job.paths.val_list)  # a missing or broken val list, named before anything starts
     check_outputs(job, log_dir)
+    if job.recipe["data"]["kind"] == "video":  # the clip's span against the scanned videos, before any worker
+        shards = [job.paths.shard(rank) for rank in range(job.plan.num_workers)]
+        lists = [path for path in [*shards, job.paths.val_list] if path is not None and path.is_file()]
+        check_span_in_lists(job.recipe, lists, "the recipe")
     return launch_workers(job.plan, job_command("train", job.write()), job.backend, log_dir, grace, host_logs=True)
 
 
