@@ -1,12 +1,20 @@
-"""Bad inputs made as a user would hand them over: videos that are not (a folder, audio only, cut short, ...) and
-text with a byte that is not UTF-8."""
+"""Bad inputs made as a user would hand them over: videos that are not (a folder, audio only, cut short, ...),
+text with a byte that is not UTF-8, and files the command may not read or write (see :func:`bound_by_modes`)."""
 
 from __future__ import annotations
 
+import functools
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import av
 import numpy as np
+import pytest
+from helpers import python_env
 
 LATIN1_E = b"\xe9"  # "é" in Latin-1: no UTF-8 sequence starts with it and goes on with an ASCII byte
 
@@ -45,3 +53,35 @@ def decoder_text_in(text: str) -> list[str]:
     """The decoders' own texts found in ``text`` (decord's check failures, its bare "Error reading"), which a
     message must translate; [] when there is none."""
     return [marker for marker in ("Check failed", "Error reading", "video_reader.cc", "Errno") if marker in text]
+
+
+# root reads and writes any file whatever its mode; without these two capabilities it is held to the modes as
+# any user is, while it still owns (and so may read) the venv under /root
+DROP_BYPASS = ("--inh-caps=-dac_override,-dac_read_search", "--bounding-set=-dac_override,-dac_read_search")
+
+
+@functools.cache
+def bound_by_modes() -> tuple[str, ...]:
+    """The command prefix under which a process is held to file modes: none when the tests do not run as root,
+    ``setpriv`` dropping root's file-mode bypass when they do. Checked once by reading a mode-000 file under
+    it; the test is skipped, with the reason, when that file is still read."""
+    prefix: tuple[str, ...] = ()
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("the tests run as root and setpriv (util-linux) is missing: root reads any file")
+        prefix = ("setpriv", *DROP_BYPASS, "--")
+    with tempfile.TemporaryDirectory() as folder:
+        locked = Path(folder) / "locked"
+        locked.write_text("x")
+        locked.chmod(0)
+        probe = [*prefix, sys.executable, "-c", f"open({str(locked)!r}).read()"]
+        done = subprocess.run(probe, capture_output=True, text=True, env=python_env())
+    if done.returncode == 0 or "PermissionError" not in done.stderr:
+        pytest.skip(f"a mode-000 file is still read under {' '.join(prefix) or 'this user'}: {done.stderr[-200:]}")
+    return prefix
+
+
+def clipflow_bound(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python -m clipflow ARGS`` held to file modes (:func:`bound_by_modes`), output captured."""
+    command = [*bound_by_modes(), sys.executable, "-m", "clipflow", *args]
+    return subprocess.run(command, env=python_env(), capture_output=True, text=True, timeout=timeout)

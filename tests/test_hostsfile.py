@@ -139,7 +139,7 @@ def test_empty_file_is_an_error(tmp_path):
 
 def test_missing_file_names_the_path(tmp_path):
     path = tmp_path / "nowhere" / "hosts.txt"
-    with pytest.raises(ClipflowError, match=re.escape(f"hosts file {path} cannot be read")):
+    with pytest.raises(ClipflowError, match=re.escape(f"hosts file {path} does not exist")):
         read_hosts_file(path)
 
 

@@ -28,6 +28,7 @@ from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 
 from clipflow.errors import ClipflowError
+from clipflow.textfile import read_bytes
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMAS_DIR = REPO / "workflow" / "schemas"
@@ -218,10 +219,12 @@ def read_checked_json(path: str | Path, schema_name: str, what: str, fix: str) -
     file's kind) and its path, followed by ``fix`` (how to get a good one)."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ClipflowError(f"{what} {path} does not exist; {fix}") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raw = read_bytes(path, what)  # missing, a folder, unreadable: said in words
+    except ClipflowError as exc:
+        raise ClipflowError(f"{exc}; {fix}") from None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
         raise ClipflowError(f"{what} {path} cannot be read ({exc}); {fix}") from None
     try:
         return validate(data, schema_name, f"{what} {path}")

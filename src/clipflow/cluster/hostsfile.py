@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clipflow.errors import ClipflowError
-from clipflow.textfile import decode
+from clipflow.textfile import decode, read_bytes
 
 DEFAULT_PORT = 22
 ENTRY_FORMAT = "[user@]host[:port] [slots=N]"
@@ -101,15 +101,7 @@ def parse_hosts(lines: Iterable[str], source: str) -> list[Host]:
 def read_hosts_file(path: str | Path) -> list[Host]:
     """Read and parse a hosts file; a missing or unreadable file is a ClipflowError naming the path."""
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-        raise ClipflowError(
-            f"hosts file {path} cannot be read ({reason}); expected a text file with one host per line "
-            f"as {ENTRY_FORMAT}"
-        ) from None
-    return parse_hosts(decode(data, f"hosts file {path}").splitlines(), str(path))
+    return parse_hosts(decode(read_bytes(path, "hosts file"), f"hosts file {path}").splitlines(), str(path))
 
 
 def hosts_from_config(items: Sequence[str]) -> list[Host]:

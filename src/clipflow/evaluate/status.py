@@ -59,7 +59,7 @@ def run_status(results: str | Path, run: str) -> RunStatus:
     if not folder.is_dir():
         known = sorted(p.name for p in results.iterdir() if (p / "checkpoints").is_dir()) if results.is_dir() else []
         raise ClipflowError(f"no run {run!r} in {results}/ (runs with checkpoints: {', '.join(known) or 'none'})")
-    candidates = [p for p in (folder / "checkpoints").glob("*/") if (p / RUN_FACTS).is_file()]
+    candidates = _started(folder / "checkpoints")
     if not candidates:
         raise ClipflowError(f"run {run!r} has not started training: no {folder}/checkpoints/*/{RUN_FACTS}")
     latest = max(candidates, key=lambda p: (p / RUN_FACTS).stat().st_mtime)
@@ -91,6 +91,16 @@ BEST = {"val_top1": float}  # and of best.json
 FIX_FACTS = "the trainer writes it when a run starts or resumes: rerun the train stage to write it again"
 FIX_HISTORY = "the trainer writes one JSON object an epoch: remove the broken line, or restore the file"
 FIX_BEST = "the trainer writes it beside best.pt: restore it, or remove both"
+
+
+def _started(checkpoints: Path) -> list[Path]:
+    """The run folders under ``checkpoints`` that hold a run.json; a folder this process may not look into is
+    a ClipflowError naming it (not a run that seems not to have started)."""
+    try:
+        folders = [p for p in checkpoints.iterdir() if p.is_dir()] if checkpoints.is_dir() else []
+        return [p for p in folders if (p / RUN_FACTS).is_file()]
+    except PermissionError as exc:
+        raise ClipflowError(f"{exc.filename} cannot be read: permission denied (check its mode and owner)") from None
 
 
 def _is(value: object, kind: type) -> bool:
