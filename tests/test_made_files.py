@@ -5,6 +5,7 @@ The record of what clipflow wrote is :data:`clipflow.made.RECORD`."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -159,4 +160,24 @@ def test_a_record_that_is_not_clipflows_is_refused(tmp_path):
     before = listing(tmp_path)
     done = clipflow("data", "synth", "--out-dir", str(out), *SYNTH)
     assert_refused(done, f"--out-dir {out}: {out / RECORD} is not a record clipflow wrote", "name another folder")
+    assert listing(tmp_path) == before
+
+
+def test_launch_refuses_a_log_of_a_roles_name_it_did_not_write(tmp_path):
+    """The launcher writes each role's log anew every run (``<role>-<rank>.log``): a user's own file of such a
+    name in --log-dir is refused before any role starts; its own logs from an earlier run are written again."""
+    logs = tmp_path / "logs"
+
+    def launch(folder: Path):
+        return clipflow("launch", "-n", "1", "--log-dir", str(folder), "--", sys.executable, "-c", "pass")
+
+    for _ in range(2):
+        done = launch(logs)
+        assert done.returncode == 0, done.stdout + done.stderr
+    assert (logs / "worker-0.log").is_file()
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "worker-0.log").write_text("my own notes\n")
+    before = listing(tmp_path)
+    assert_refused(launch(theirs), f"--log-dir {theirs}: {theirs / 'worker-0.log'} {NOT_OURS}", "nothing was changed")
     assert listing(tmp_path) == before
