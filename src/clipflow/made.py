@@ -6,7 +6,7 @@ with the sha256 of the bytes it wrote. Before any work, :meth:`Made.check` looks
 write: one that is there but not in the record (someone else's file), or whose bytes changed since clipflow wrote
 it (edited by hand), is refused with one message naming it; a name that is absent, or recorded and unchanged,
 may be written, so reruns and resumed runs go on as before. A journal the command appends to is recorded by
-name only (its bytes change with every line).
+name only (its bytes change with every line), as are the launcher's role logs, written anew each run.
 
 Every write records the new hash before the file is renamed into place, next to the old one until the rename is
 done: a kill between the two leaves a record that accepts either file. The record is read and replaced under a
