@@ -20,6 +20,7 @@ from helpers import copy_workflow
 from workflow_helpers import TINY, snakemake
 
 from clipflow.cluster.ports import free_port
+from clipflow.made import RECORD
 
 pytestmark = pytest.mark.workflow
 
@@ -126,8 +127,8 @@ def test_rerun_resumes_from_the_epoch_1_checkpoint(workdir, rerun):
     assert metrics["num_videos"] == 16 and 0.0 <= metrics["top1"] <= metrics["top5"] <= 1.0
     # the test protocol (10 clips x 3 crops by default) on both workers of the ps plan, the servers left out
     assert metrics["workers"] == 2 and metrics["num_views"] == 30 and len(metrics["confusion"]) == 8
-    evaluation = workdir / "logs/tiny/evaluate"  # the workers' logs, and the job they started from
-    assert sorted(p.name for p in evaluation.iterdir()) == ["job.json", "worker-0.log", "worker-1.log"]
+    evaluation = workdir / "logs/tiny/evaluate"  # the workers' logs, their job, clipflow's record
+    assert sorted(p.name for p in evaluation.iterdir()) == [RECORD, "job.json", "worker-0.log", "worker-1.log"]
     assert json.loads((evaluation / "job.json").read_text())["out"] == str(workdir / "results/tiny/metrics.json")
     train_job = json.loads((workdir / "results/tiny/checkpoints/job.json").read_text())
     assert (train_job["backend"], train_job["plan"]["num_workers"], train_job["recipe"]["train"]["epochs"]) == (

@@ -118,7 +118,12 @@ def class_names(rows: list[KineticsRow]) -> list[str]:
 
 def write_classes(path: str | Path, classes: list[str]) -> None:
     """Writes one class name per line (line number - 1 = index), atomically."""
-    write_text_atomic(path, "".join(f"{name}\n" for name in classes))
+    write_text_atomic(path, classes_text(classes))
+
+
+def classes_text(classes: list[str]) -> str:
+    """A class index: one name a line, line i for label i."""
+    return "".join(f"{name}\n" for name in classes)
 
 
 def read_classes(path: str | Path) -> list[str]:
@@ -265,14 +270,19 @@ SHOWN_PER_KIND = 10  # missing videos logged one by one; the rest are counted
 def write_kinetics_lists(train_csv: str | Path, val_csv: str | Path, root: str | Path, classes: str | Path | None,
                          out_dir: str | Path, log=print) -> KineticsLists:  # fmt: skip
     """The annotation CSVs as ``path label`` lists (train_labels.txt, val_labels.txt) and classes.txt in
-    ``out_dir``, as the scan reads them; logs what was made and the videos not found."""
-    from clipflow.data.listfile import write_labels
+    ``out_dir``, as the scan reads them, recorded as clipflow's (:mod:`clipflow.made`: someone else's file of
+    one of these names there is refused before the CSVs are read); logs what was made and the videos not found."""
+    from clipflow.data.listfile import labels_text
+    from clipflow.files import check_output_dir
+    from clipflow.made import Made
 
+    out = check_output_dir(out_dir, "--out-dir")
+    record = Made(out, "--out-dir")
+    record.check(["train_labels.txt", "val_labels.txt", "classes.txt"])
     made = kinetics_lists(train_csv, val_csv, root, classes or None)
-    out = Path(out_dir)
     for split, made_list in made.lists.items():
-        write_labels(out / f"{split}_labels.txt", made_list.entries)
-    write_classes(out / "classes.txt", made.classes)
+        record.write_text(f"{split}_labels.txt", labels_text(made_list.entries))
+    record.write_text("classes.txt", classes_text(made.classes))
     for split, made_list in made.lists.items():
         notes = [f"{len(made_list.missing)} not found under {root} (kept: the scan lists them as failures)"]
         notes += [f"{made_list.unlabelled} unlabelled (test) rows left out"] if made_list.unlabelled else []

@@ -113,16 +113,26 @@ def check_labels(entries: list[VideoEntry], source: str | Path, num_classes: int
     )
 
 
-def write_labels(path: str | Path, entries: list[VideoEntry]) -> None:
-    """Writes the short format (`path label`), as the scan reads it before it has counted the frames."""
-    write_text_atomic(path, "".join(f"{e.path} {e.label}\n" for e in entries))
+def labels_text(entries: list[VideoEntry]) -> str:
+    """The short format (`path label`), as the scan reads it before it has counted the frames."""
+    return "".join(f"{e.path} {e.label}\n" for e in entries)
 
 
-def write_list(path: str | Path, entries: list[VideoEntry]) -> None:
-    """Writes GluonCV's format (`path num_frames label`); every entry must have its frame count."""
+def list_text(entries: list[VideoEntry]) -> str:
+    """GluonCV's format (`path num_frames label`); every entry must have its frame count."""
     lines = []
     for e in entries:
         if e.num_frames is None:
             raise ValueError(f"{e.path} has no frame count; scan the videos first")
         lines.append(f"{e.path} {e.num_frames} {e.label}\n")
-    write_text_atomic(path, "".join(lines))
+    return "".join(lines)
+
+
+def write_labels(path: str | Path, entries: list[VideoEntry]) -> None:
+    """Writes :func:`labels_text` to ``path`` (atomically)."""
+    write_text_atomic(path, labels_text(entries))
+
+
+def write_list(path: str | Path, entries: list[VideoEntry]) -> None:
+    """Writes :func:`list_text` to ``path`` (atomically)."""
+    write_text_atomic(path, list_text(entries))

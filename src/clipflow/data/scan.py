@@ -18,16 +18,12 @@ from typing import IO
 
 from tqdm import tqdm
 
-from clipflow.data.listfile import VideoEntry, write_list
+from clipflow.data.listfile import VideoEntry, list_text
 from clipflow.data.reader import NOT_A_CONTAINER, VideoFileError, open_video
 from clipflow.environment import read_env
 from clipflow.errors import ClipflowError
-from clipflow.files import (
-    append_record,
-    check_output_dir,
-    journal_lines,
-    write_text_atomic,
-)
+from clipflow.files import append_record, check_output_dir, journal_lines
+from clipflow.made import Made
 
 DECODE_CHUNK = 32
 MEASURED = ("num_frames", "fps", "duration", "width", "height", "error")  # what a journal line keeps of a probe
@@ -184,12 +180,13 @@ def scan(
 
 
 def write_index(splits: dict[str, list[ScanResult]], out_dir: str | Path, classes: list[str] | None) -> dict:
-    """Writes `{split}.lst` of the good videos and `manifest.json` (counts, classes, failures)."""
-    out = Path(out_dir)
+    """Writes `{split}.lst` of the good videos and `manifest.json` (counts, classes, failures), recorded as
+    clipflow's (:mod:`clipflow.made`)."""
+    made = Made(out_dir, "--out-dir")
     manifest: dict = {"splits": {}, "failures": [], "classes": classes}
     for split, results in splits.items():
         good = [r for r in results if r.error is None]
-        write_list(out / f"{split}.lst", [VideoEntry(r.path, r.label, r.num_frames, r.line) for r in good])
+        made.write_text(f"{split}.lst", list_text([VideoEntry(r.path, r.label, r.num_frames, r.line) for r in good]))
         frames = [r.num_frames for r in good]
         manifest["splits"][split] = {
             "videos": len(good),
@@ -205,13 +202,14 @@ def write_index(splits: dict[str, list[ScanResult]], out_dir: str | Path, classe
             for r in results
             if r.error is not None
         ]
-    write_text_atomic(out / "manifest.json", json.dumps(manifest, indent=2))
+    made.write_text("manifest.json", json.dumps(manifest, indent=2))
     return manifest
 
 
 def check_out_dir(out_dir: str | Path, lists: dict[str, str | Path]) -> None:
-    """``out_dir`` checked before any video is decoded: a folder there or makeable, and none of its index files
-    (``<split>.lst``, replaced by name) one of the lists being scanned, which the index would overwrite."""
+    """``out_dir`` checked before any video is decoded: a folder there or makeable, none of its index files
+    (``<split>.lst``, replaced by name) one of the lists being scanned, which the index would overwrite, and none
+    of the files it writes someone else's (:meth:`clipflow.made.Made.check`)."""
     out = check_output_dir(out_dir, "--out-dir")
     for split, path in lists.items():
         for written in (out / f"{s}.lst" for s in lists):
@@ -220,6 +218,12 @@ def check_out_dir(out_dir: str | Path, lists: dict[str, str | Path]) -> None:
                     f"--out-dir {out_dir}: the index {written} would replace the {split} list being scanned "
                     f"({path}); name another --out-dir (e.g. {out / 'index'}); nothing was changed"
                 )
+    Made(out, "--out-dir").check([*(f"{s}.lst" for s in lists), "manifest.json"], [journal_name(s) for s in lists])
+
+
+def journal_name(split: str) -> str:
+    """The scan journal of ``split`` in the output folder, from which an interrupted scan resumes."""
+    return f"{split}.scan.jsonl"
 
 
 def scan_lists(
@@ -252,7 +256,7 @@ def scan_lists(
     results = {}
     for split, entries in lists.items():
         Path(out_dir).mkdir(parents=True, exist_ok=True)
-        journal = Path(out_dir) / f"{split}.scan.jsonl"  # an interrupted scan resumes from it
+        journal = Made(out_dir, "--out-dir").journal(journal_name(split))  # an interrupted scan resumes from it
         results[split] = scan(entries, root, workers=workers, desc=f"scan {split}", journal=journal)
     manifest = write_index(results, out_dir, classes)
     for split, info in manifest["splits"].items():

@@ -18,8 +18,10 @@ from pathlib import Path
 import numpy as np
 from torch.utils.data import Sampler
 
-from clipflow.data.listfile import VideoEntry, read_list, write_list
+from clipflow.data.listfile import VideoEntry, list_text, read_list
 from clipflow.errors import ClipflowError
+from clipflow.files import check_output_dir
+from clipflow.made import Made
 
 FILLS = ("wrap", "drop")
 
@@ -86,8 +88,13 @@ class EpochSampler(Sampler[int]):
 
 def write_splits(list_path: str | Path, num_workers: int, seed: int, out_dir: str | Path,
                  fill: str = "wrap") -> list[list[VideoEntry]]:  # fmt: skip
-    """``out_dir``/worker{r}.lst for every worker, all of the same length (:func:`split_entries`); the parts."""
+    """``out_dir``/worker{r}.lst for every worker, all of the same length (:func:`split_entries`); the parts.
+    The lists are recorded as clipflow's (:mod:`clipflow.made`): someone else's file of one of their names in
+    ``out_dir`` is refused before anything is written."""
+    made = Made(check_output_dir(out_dir, "--out-dir"), "--out-dir")
+    names = [f"worker{rank}.lst" for rank in range(max(num_workers, 0))]
     parts = split_entries(read_list(list_path), num_workers, seed, fill)
-    for rank, part in enumerate(parts):
-        write_list(Path(out_dir) / f"worker{rank}.lst", part)
+    made.check(names)
+    for name, part in zip(names, parts, strict=True):
+        made.write_text(name, list_text(part))
     return parts

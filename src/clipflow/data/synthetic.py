@@ -19,7 +19,8 @@ from tqdm import tqdm
 
 from clipflow.environment import read_env
 from clipflow.errors import ClipflowError
-from clipflow.files import fresh_tmp
+from clipflow.files import check_output_dir, fresh_tmp
+from clipflow.made import Made, sha256_file
 
 DIRECTIONS = {"right": (1, 0), "left": (-1, 0), "down": (0, 1), "up": (0, -1)}
 SPEEDS = {"slow": 1.5, "fast": 3.0}  # pixels per frame at short side 128
@@ -80,14 +81,25 @@ def render(label: int, num_frames: int, spec: SyntheticSpec, rng: np.random.Gene
 
 def write_video(path: Path, frames: np.ndarray, fps: int, keyframe_interval: int) -> None:
     """H.264 mp4 with PyAV, written to a temporary name and renamed when complete."""
-    tmp, fd = fresh_tmp(path, ".part.mp4")  # a new file: never one that was there
-    os.close(fd)
+    tmp = encode_to_tmp(path, frames, fps, keyframe_interval)
     try:
-        _encode(tmp, frames, fps, keyframe_interval)
         tmp.replace(path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def encode_to_tmp(path: Path, frames: np.ndarray, fps: int, keyframe_interval: int) -> Path:
+    """The video written to a new temporary file beside ``path`` (never one that was there), returned complete
+    for the caller to rename onto ``path``; removed again on any failure."""
+    tmp, fd = fresh_tmp(path, ".part.mp4")
+    os.close(fd)
+    try:
+        _encode(tmp, frames, fps, keyframe_interval)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
 
 
 def _encode(tmp: Path, frames: np.ndarray, fps: int, keyframe_interval: int) -> None:
@@ -102,42 +114,59 @@ def _encode(tmp: Path, frames: np.ndarray, fps: int, keyframe_interval: int) -> 
         container.mux(stream.encode())
 
 
-def _make_one(args: tuple[Path, int, int, int, SyntheticSpec]) -> None:
-    path, label, num_frames, seed, spec = args
-    if path.exists():
-        return
+def _make_one(args: tuple[Path, str, int, int, int, SyntheticSpec]) -> tuple[str, Path, str] | None:
+    """One video rendered to a temporary file: (its name in the set, the file, its sha256); None when the video
+    is there already (:meth:`Made.check` found it clipflow's and unchanged)."""
+    out, name, label, num_frames, seed, spec = args
+    if (out / name).exists():
+        return None
     rng = np.random.default_rng(seed)
-    write_video(path, render(label, num_frames, spec, rng), spec.fps, spec.keyframe_interval)
+    tmp = encode_to_tmp(out / name, render(label, num_frames, spec, rng), spec.fps, spec.keyframe_interval)
+    return name, tmp, sha256_file(tmp)
+
+
+ADOPT_EVERY = 32  # finished videos renamed into place (and recorded) together
 
 
 def generate(out_dir: str | Path, spec: SyntheticSpec, workers: int = 1) -> dict[str, Path]:
-    """Writes `videos/{split}/*.mp4` and `{split}_labels.txt` (`path label`) under out_dir.
+    """Writes `videos/{split}/*.mp4`, `{split}_labels.txt` (`path label`) and `classes.txt` under out_dir,
+    recorded as clipflow's (:mod:`clipflow.made`); any of these names that is someone else's file is refused
+    before anything is written.
 
     Deterministic in spec.seed; videos already present are kept, so an interrupted
     run continues where it stopped.
     """
-    out = Path(out_dir)
+    out = check_output_dir(out_dir, "--out-dir")
+    made = Made(out, "--out-dir")
     rng = np.random.default_rng(spec.seed)
-    jobs, lists = [], {}
+    jobs, texts = [], {}
     for split, count in (("train", spec.num_train), ("val", spec.num_val)):
-        (out / "videos" / split).mkdir(parents=True, exist_ok=True)
         lines = []
         for i in range(count):
             label = i % len(CLASSES)
             num_frames = int(rng.integers(spec.min_frames, spec.max_frames + 1))
             rel = f"videos/{split}/{split}_{i:05d}_{CLASSES[label]}.mp4"
-            jobs.append((out / rel, label, num_frames, int(rng.integers(2**31)), spec))
+            jobs.append((out, rel, label, num_frames, int(rng.integers(2**31)), spec))
             lines.append(f"{rel} {label}\n")
-        lists[split] = out / f"{split}_labels.txt"
-        lists[split].write_text("".join(lines), encoding="utf-8")
-    (out / "classes.txt").write_text("".join(f"{c}\n" for c in CLASSES), encoding="utf-8")
-    with ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
-        list(
-            tqdm(
-                pool.map(_make_one, jobs, chunksize=8),
-                total=len(jobs),
-                desc="synthetic videos",
-                disable=read_env().no_progress,
-            )
-        )
-    return lists
+        texts[f"{split}_labels.txt"] = "".join(lines)
+    texts["classes.txt"] = "".join(f"{c}\n" for c in CLASSES)
+    made.check([*texts, *(job[1] for job in jobs)])
+    for split in ("train", "val"):
+        (out / "videos" / split).mkdir(parents=True, exist_ok=True)
+    for name, text in texts.items():
+        made.write_text(name, text)
+    finished: list[tuple[str, Path, str]] = []
+    try:
+        with ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
+            results = pool.map(_make_one, jobs, chunksize=8)
+            for done in tqdm(results, total=len(jobs), desc="synthetic videos", disable=read_env().no_progress):
+                finished += [done] if done is not None else []
+                if len(finished) >= ADOPT_EVERY:
+                    made.adopt(finished)
+                    finished = []
+        made.adopt(finished)
+        finished = []
+    finally:
+        for _, tmp, _ in finished:
+            tmp.unlink(missing_ok=True)
+    return {split: out / f"{split}_labels.txt" for split in ("train", "val")}

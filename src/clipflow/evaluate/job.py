@@ -13,7 +13,7 @@ from pathlib import Path
 
 from clipflow.cluster.plan import Plan
 from clipflow.errors import ClipflowError
-from clipflow.files import write_text_atomic
+from clipflow.made import Made
 from clipflow.schemas import read_checked_json
 
 JOB_FILE = "job.json"
@@ -41,10 +41,9 @@ class EvalJob:
         return {"version": VERSION, "plan": self.plan.to_dict(), **paths, "batch_size": self.batch_size}
 
     def write(self, folder: str | Path) -> Path:
-        """Writes the job to ``folder``/job.json (atomically); returns that path."""
-        path = Path(folder) / JOB_FILE
-        write_text_atomic(path, json.dumps(self.to_dict(), indent=2) + "\n")
-        return path
+        """Writes the job to ``folder``/job.json (atomically, recorded as clipflow's: :mod:`clipflow.made`);
+        returns that path."""
+        return Made(folder, "--log-dir").write_text(JOB_FILE, json.dumps(self.to_dict(), indent=2) + "\n")
 
     @classmethod
     def read(cls, path: str | Path) -> EvalJob:

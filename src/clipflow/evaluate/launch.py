@@ -12,8 +12,9 @@ from pathlib import Path
 from clipflow.cluster.plan import Plan
 from clipflow.errors import ClipflowError
 from clipflow.evaluate.evaluate import check_inputs
-from clipflow.evaluate.job import EvalJob
+from clipflow.evaluate.job import JOB_FILE, EvalJob
 from clipflow.files import check_output_dir
+from clipflow.made import Made
 from clipflow.train.launch import job_command, launch_workers
 
 
@@ -25,6 +26,7 @@ def launch_evaluation(plan_path: str, model: str, list_path: str, root: str, out
     if not any(r.role == "worker" for r in plan.roles) or plan.num_workers < 1:
         raise ClipflowError(f"cluster plan {plan_path} has no workers to evaluate on; rerun the cluster stage")
     check_output_dir(log_dir, "--log-dir")  # the job file and the workers' logs go there
+    Made(log_dir, "--log-dir").check([JOB_FILE])  # someone else's job.json there is refused rather than replaced
     check_inputs(model, list_path, root, batch_size, out)  # once here, rather than in every worker
     paths = (Path(p).absolute() for p in (model, list_path, root, out))  # as every host of the plan names them
     job = EvalJob(plan, *paths, batch_size)

@@ -20,7 +20,7 @@ from typing import Any
 
 from clipflow.cluster.plan import Plan
 from clipflow.errors import ClipflowError
-from clipflow.files import write_text_atomic
+from clipflow.made import Made
 from clipflow.recipe import check_recipe
 from clipflow.schemas import read_checked_json, validate
 
@@ -147,9 +147,13 @@ class TrainJob:
         )
 
     def write(self) -> Path:
-        """Writes the job to :attr:`file` (atomically); returns that path."""
-        write_text_atomic(self.file, json.dumps(self.to_dict(), indent=2) + "\n")
-        return self.file
+        """Writes the job to :attr:`file` (atomically, recorded as clipflow's: :meth:`made`); returns that path."""
+        return self.made().write_text(JOB_FILE, json.dumps(self.to_dict(), indent=2) + "\n")
+
+    def made(self) -> Made:
+        """The record of the checkpoint root, where the job file goes: its :meth:`Made.check` refuses a job.json
+        there that clipflow did not write."""
+        return Made(self.paths.checkpoint_root, "--checkpoint-root")
 
     @classmethod
     def read(cls, path: str | Path) -> TrainJob:

@@ -24,7 +24,7 @@ from clipflow.data.listfile import read_list
 from clipflow.errors import ClipflowError
 from clipflow.files import check_output_dir, check_output_file
 from clipflow.recipe import check_span_in_lists
-from clipflow.train.job import TrainJob
+from clipflow.train.job import JOB_FILE, TrainJob
 from clipflow.train.launcher import Launcher, RoleCommand, program_problem
 from clipflow.train.roles import role_commands
 
@@ -62,6 +62,7 @@ def check_outputs(job: TrainJob, log_dir: str) -> None:
     the flag and the path."""
     check_output_dir(log_dir, "--log-dir")
     check_output_dir(job.paths.checkpoint_root, "--checkpoint-root")
+    job.made().check([JOB_FILE])  # someone else's job.json there is refused rather than replaced
     check_output_file(job.paths.model_out, "--model-out", "model.pt")
     check_output_file(job.paths.metrics_out, "--metrics-out", "metrics.jsonl")
     if job.paths.tensorboard is not None:

@@ -26,6 +26,7 @@ from typing import IO
 
 from clipflow.cluster.plan import Role
 from clipflow.errors import ClipflowError
+from clipflow.made import Made
 from clipflow.ps.exitcodes import ABORTED
 
 POLL_S = 0.1
@@ -97,6 +98,15 @@ class Launcher:
         self.stop_signal: int | None = None
         self.last_lines: dict[int, str] = {}  # process index -> its last non-empty output line
 
+    def _claim_logs(self) -> None:
+        """The roles' logs (``<role>-<rank>.log``, written anew each run) recorded in the log folder as clipflow's
+        (:mod:`clipflow.made`), after a check that none of them is someone else's file there (ClipflowError)."""
+        made = Made(self.log_dir, "--log-dir")
+        names = [cmd.log_name for cmd in self.commands]
+        made.check([], journals=names)
+        for name in names:
+            made.journal(name)
+
     def say(self, text: str) -> None:
         with self.lock:
             print(text, file=self.console, flush=True)
@@ -161,7 +171,7 @@ class Launcher:
         return len(live)
 
     def run(self) -> int:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._claim_logs()
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         failure: tuple[RoleCommand, int] | None = None
         try:

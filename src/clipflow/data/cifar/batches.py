@@ -33,6 +33,7 @@ import numpy as np
 
 from clipflow.errors import ClipflowError
 from clipflow.files import fresh_tmp
+from clipflow.made import Made
 
 SIDE = 32  # CIFAR images are 32x32
 PIXELS = 3 * SIDE * SIDE  # 3,072 values a row
@@ -145,7 +146,11 @@ def read_label_names(path: str | Path) -> list[str]:
     return [n.decode("utf-8") if isinstance(n, bytes) else n for n in names]
 
 
-def _dump_atomic(path: Path, obj: dict[bytes, Any]) -> None:
+def _dump_atomic(path: Path, obj: dict[bytes, Any], made: Made | None = None) -> None:
+    """``obj`` pickled to ``path`` atomically; through ``made`` (recorded as clipflow's) when given."""
+    if made is not None:
+        made.write_bytes(path.name, pickle.dumps(obj, protocol=4))
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp, fd = fresh_tmp(path)  # a new file: never one that was there
     try:
@@ -158,7 +163,12 @@ def _dump_atomic(path: Path, obj: dict[bytes, Any]) -> None:
 
 
 def write_batch(
-    path: str | Path, images: np.ndarray, labels: Sequence[int] | np.ndarray, batch_label: str = "", first: int = 0
+    path: str | Path,
+    images: np.ndarray,
+    labels: Sequence[int] | np.ndarray,
+    batch_label: str = "",
+    first: int = 0,
+    made: Made | None = None,
 ) -> None:
     """Writes one batch file in CIFAR-10's python format, atomically.
 
@@ -178,17 +188,17 @@ def write_batch(
         b"data": np.ascontiguousarray(images).reshape(len(images), PIXELS),
         b"filenames": [f"image_{first + i:05d}.png".encode() for i in range(len(images))],
     }
-    _dump_atomic(Path(path), batch)
+    _dump_atomic(Path(path), batch, made)
 
 
-def write_meta(path: str | Path, label_names: Sequence[str] = CIFAR10_CLASSES) -> None:
+def write_meta(path: str | Path, label_names: Sequence[str] = CIFAR10_CLASSES, made: Made | None = None) -> None:
     """Writes ``batches.meta``: ``b'label_names'`` (bytes), ``b'num_cases_per_batch'``, ``b'num_vis'`` (3072)."""
     meta = {
         b"num_cases_per_batch": IMAGES_PER_BATCH,
         b"label_names": [n.encode() for n in label_names],
         b"num_vis": PIXELS,
     }
-    _dump_atomic(Path(path), meta)
+    _dump_atomic(Path(path), meta, made)
 
 
 def write_batches(
@@ -199,25 +209,38 @@ def write_batches(
     val_labels: Sequence[int] | np.ndarray,
     label_names: Sequence[str] = CIFAR10_CLASSES,
     train_batches: int = 5,
+    made: Made | None = None,
 ) -> list[Path]:
     """Writes a ``cifar-10-batches-py`` folder: ``batches.meta``, the training images split in order into
     ``train_batches`` files ``data_batch_1``.. (fewer when there are fewer images, none empty), and
-    ``test_batch``. Images are (N, 3, 32, 32) uint8. Returns the files written."""
+    ``test_batch``. Images are (N, 3, 32, 32) uint8. Returns the files written. With ``made`` (the record of
+    ``folder``), each is written through it, recorded as clipflow's."""
     folder = Path(folder)
     if len(label_names) != NUM_CLASSES:
         raise ValueError(f"CIFAR-10 has {NUM_CLASSES} label names, got {len(label_names)}")
     if train_batches < 1:
         raise ValueError(f"train_batches must be >= 1, got {train_batches}")
     written = [folder / META_FILE]
-    write_meta(written[0], label_names)
+    write_meta(written[0], label_names, made)
     train_labels = np.asarray(train_labels)
-    parts = np.array_split(np.arange(len(train_images)), min(train_batches, max(len(train_images), 1)))
+    parts = np.array_split(np.arange(len(train_images)), batch_count(len(train_images), train_batches))
     for number, part in enumerate(parts, start=1):
         path = folder / f"data_batch_{number}"
         batch_label = f"training batch {number} of {len(parts)}"
         first = int(part[0]) if len(part) else 0
-        write_batch(path, np.asarray(train_images)[part], train_labels[part], batch_label, first)
+        write_batch(path, np.asarray(train_images)[part], train_labels[part], batch_label, first, made)
         written.append(path)
-    write_batch(folder / TEST_FILE, np.asarray(val_images), val_labels, "testing batch 1 of 1")
+    write_batch(folder / TEST_FILE, np.asarray(val_images), val_labels, "testing batch 1 of 1", made=made)
     written.append(folder / TEST_FILE)
     return written
+
+
+def batch_count(num_train: int, train_batches: int) -> int:
+    """How many data_batch files :func:`write_batches` writes: ``train_batches``, fewer when there are fewer
+    images (none empty)."""
+    return min(train_batches, max(num_train, 1))
+
+
+def batch_names(num_train: int, train_batches: int) -> list[str]:
+    """The names of the files :func:`write_batches` writes into its folder."""
+    return [META_FILE, *(f"data_batch_{n}" for n in range(1, batch_count(num_train, train_batches) + 1)), TEST_FILE]

@@ -18,9 +18,10 @@ from typing import Any
 import numpy as np
 
 from clipflow.data.cifar.batches import META_FILE, NUM_CLASSES, TEST_FILE, TRAIN_FILE, read_batch, read_label_names
-from clipflow.data.listfile import VideoEntry, write_list
+from clipflow.data.listfile import VideoEntry, list_text
 from clipflow.errors import ClipflowError
-from clipflow.files import write_text_atomic
+from clipflow.files import check_output_dir
+from clipflow.made import Made
 
 
 def image_path(batch_file: str, index: int) -> str:
@@ -52,6 +53,9 @@ def _split_entries(files: list[Path]) -> tuple[list[VideoEntry], dict[str, int]]
     return entries, per_file
 
 
+INDEX_FILES = ("train.lst", "val.lst", "classes.txt", "manifest.json")
+
+
 def index_cifar(folder: str | Path, out_dir: str | Path) -> dict[str, Any]:
     """Writes the index of a ``cifar-10-batches-py`` folder to ``out_dir`` and returns its summary.
 
@@ -62,9 +66,13 @@ def index_cifar(folder: str | Path, out_dir: str | Path) -> dict[str, Any]:
     The summary: ``classes`` (names), and for ``train`` and ``val``: ``images``, ``files`` (images per
     batch file) and ``per_class`` (images per class name, in label order); ``lists`` (the paths written).
     Every file is read in full, so a damaged one fails here (a ClipflowError naming it), as does a
-    missing folder, one without data_batch files, test_batch or batches.meta.
+    missing folder, one without data_batch files, test_batch or batches.meta. The files are recorded as
+    clipflow's (:mod:`clipflow.made`); one of their names in ``out_dir`` that clipflow did not write is refused
+    before any batch is read.
     """
-    folder, out_dir = Path(folder), Path(out_dir)
+    folder, out_dir = Path(folder), check_output_dir(out_dir, "--out-dir")
+    made = Made(out_dir, "--out-dir")
+    made.check(INDEX_FILES)
     if not folder.is_dir():
         raise ClipflowError(
             f"CIFAR-10 folder {folder} does not exist; give the extracted cifar-10-batches-py folder of "
@@ -90,11 +98,11 @@ def index_cifar(folder: str | Path, out_dir: str | Path) -> dict[str, Any]:
             "per_class": {name: int(c) for name, c in zip(names, counts, strict=True)},
         }
         lists[split] = str(out_dir / f"{split}.lst")
-        write_list(lists[split], entries)
+        made.write_text(f"{split}.lst", list_text(entries))
     lists["classes"] = str(out_dir / "classes.txt")
-    write_text_atomic(lists["classes"], "".join(f"{n}\n" for n in names))
+    made.write_text("classes.txt", "".join(f"{n}\n" for n in names))
     summary["lists"] = lists
     splits = {split: {**summary[split], "failed": 0} for split in ("train", "val")}  # a damaged file stops here
     manifest = {"kind": "image", "folder": str(folder), "classes": names, "splits": splits, "failures": []}
-    write_text_atomic(out_dir / "manifest.json", json.dumps(manifest, indent=2) + "\n")  # as data scan's
+    made.write_text("manifest.json", json.dumps(manifest, indent=2) + "\n")  # as data scan's
     return summary

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from clipflow.data.cifar.batches import CIFAR10_CLASSES, NUM_CLASSES, SIDE, write_batches
+from clipflow.data.cifar.batches import CIFAR10_CLASSES, NUM_CLASSES, SIDE, batch_names, write_batches
 from clipflow.errors import ClipflowError
+from clipflow.files import check_output_dir
+from clipflow.made import Made
 from clipflow.values import is_int
 
 # one colour a class, far apart (R, G, B)
@@ -69,13 +71,16 @@ def make_synthetic_cifar(
     """Writes a small CIFAR-10-format set to ``folder`` (a stand-in for ``cifar-10-batches-py``), the same
     bytes for the same arguments: ``num_train`` images in ``train_batches`` data_batch files, ``num_val``
     in test_batch, classes balanced and named as CIFAR-10's. The images: :func:`synthetic_images`.
-    Returns the files written."""
+    Returns the files written, recorded as clipflow's (:mod:`clipflow.made`): a file of one of their names in
+    ``folder`` that clipflow did not write is refused before any image is made."""
     for name, value in (("num_train", num_train), ("num_val", num_val)):
         if not is_int(value) or value < 1:
             raise ClipflowError(f"synthetic CIFAR-10: {name} must be an integer >= 1, got {value!r}")
+    made = Made(check_output_dir(folder, "--out-dir"), "--out-dir")
+    made.check(batch_names(num_train, train_batches))
     rng = np.random.default_rng(seed)
     train_labels = balanced_labels(num_train, rng)
     val_labels = balanced_labels(num_val, rng)
     train = synthetic_images(train_labels, rng)
     val = synthetic_images(val_labels, rng)
-    return write_batches(folder, train, train_labels, val, val_labels, CIFAR10_CLASSES, train_batches)
+    return write_batches(folder, train, train_labels, val, val_labels, CIFAR10_CLASSES, train_batches, made)
