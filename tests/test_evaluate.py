@@ -184,7 +184,8 @@ def test_bad_input_is_named_before_any_worker_starts(tmp_path, video_run):
                                                     f"{tmp_path / 'missing.lst'} line 2) does not exist"),
         (plan, model, tmp_path / "label.lst", [], f"{tmp_path / 'label.lst'} line 2: label 8, but the model "
                                                   "(slowfast_tiny_synthetic) has 8 classes"),
-        (plan, model, val, ["--batch-size", "0"], "evaluate launch: argument --batch-size: '0' is not a whole number >= 1"),
+        (plan, model, val, ["--batch-size", "0"], "evaluate launch: argument --batch-size: '0' is not a whole "
+                                                  "number >= 1"),
         (tmp_path / "empty_plan.json", model, val, [], f"cluster plan {tmp_path / 'empty_plan.json'} has no workers"),
     ]  # fmt: skip
     for i, (plan_path, model_path, list_path, extra, message) in enumerate(cases):
