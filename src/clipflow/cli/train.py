@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from clipflow.cli.args import at_least_zero, json_object, launched, whole
 from clipflow.errors import ClipflowError
@@ -67,7 +68,8 @@ def job_from_args(a: argparse.Namespace):
 def cmd_launch(a: argparse.Namespace) -> int:
     from clipflow.train.launch import launch_training
 
-    return launched(launch_training(job_from_args(a), a.log_dir, a.grace), "training",
+    source = Path(a.job) if a.job else None
+    return launched(launch_training(job_from_args(a), a.log_dir, a.grace, source), "training",
                     "rerun to resume from the last checkpoint")  # fmt: skip
 
 

@@ -56,29 +56,34 @@ def job_command(group: str, job_file: Path) -> Command:
     return lambda role: [group, "worker", "--job", str(job_file), "--rank", str(role.rank)]
 
 
-def check_outputs(job: TrainJob, log_dir: str) -> None:
+def check_outputs(job: TrainJob, log_dir: str, *, job_given: bool = False) -> None:
     """Every path the run writes, checked before anything starts (the final model and metrics are written only
     after the last epoch): each a folder or a file as it will be used, there or makeable. ClipflowError naming
-    the flag and the path."""
+    the flag and the path. ``job_given``: the job file is the one the user launched (--job), kept as it is."""
     check_output_dir(log_dir, "--log-dir")
     check_output_dir(job.paths.checkpoint_root, "--checkpoint-root")
-    job.made().check([JOB_FILE])  # someone else's job.json there is refused rather than replaced
+    if not job_given:
+        job.made().check([JOB_FILE])  # someone else's job.json there is refused rather than replaced
     check_output_file(job.paths.model_out, "--model-out", "model.pt")
     check_output_file(job.paths.metrics_out, "--metrics-out", "metrics.jsonl")
     if job.paths.tensorboard is not None:
         check_output_dir(job.paths.tensorboard, "--tensorboard")
 
 
-def launch_training(job: TrainJob, log_dir: str, grace: float) -> int:
-    """Writes ``job`` beside its checkpoints and runs its workers from that file; the launcher's exit code."""
+def launch_training(job: TrainJob, log_dir: str, grace: float, source: Path | None = None) -> int:
+    """Writes ``job`` beside its checkpoints and runs its workers from that file; the launcher's exit code.
+    ``source``: the file the job was read from (--job); when it is that very file (a user may have edited it),
+    the workers start from it as it is, never from a rewritten copy."""
     if job.paths.val_list is not None:
         read_list(job.paths.val_list)  # a missing or broken val list, named before anything starts
-    check_outputs(job, log_dir)
+    job_given = source is not None and source.resolve() == job.file.resolve()
+    check_outputs(job, log_dir, job_given=job_given)
     if job.recipe["data"]["kind"] == "video":  # the clip's span against the scanned videos, before any worker
         shards = [job.paths.shard(rank) for rank in range(job.plan.num_workers)]
         lists = [path for path in [*shards, job.paths.val_list] if path is not None and path.is_file()]
         check_span_in_lists(job.recipe, lists, "the recipe")
-    return launch_workers(job.plan, job_command("train", job.write()), job.backend, log_dir, grace, host_logs=True)
+    job_file = job.file if job_given else job.write()
+    return launch_workers(job.plan, job_command("train", job_file), job.backend, log_dir, grace, host_logs=True)
 
 
 @dataclass(frozen=True)
