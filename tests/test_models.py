@@ -224,8 +224,8 @@ def test_bad_model_settings(settings, message):
     [
         (["info", "resnet9000"], "unknown model 'resnet9000'; known models:"),
         (["info"], "models info needs a model name"),
-        (["info", "r3d_18", "--num-classes", "0"], "model.num_classes must be an integer >= 1, got 0"),
-        (["info", "vgg11", "--num-classes", "0"], "model.num_classes must be an integer >= 1, got 0"),
+        (["info", "r3d_18", "--num-classes", "0"], "argument --num-classes: '0' is not a whole number >= 1"),
+        (["info", "vgg11", "--num-classes", "-3"], "argument --num-classes: '-3' is not a whole number >= 1"),
     ],
 )
 def test_models_command_names_a_bad_argument(args, message):
