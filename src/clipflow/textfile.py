@@ -69,12 +69,15 @@ def json_kind(value: object) -> str:
     return "null" if value is None else JSON_KINDS.get(type(value), type(value).__name__)
 
 
-def parse_object(text: str, where: str, expected: str) -> dict:
+def parse_object(text: str, where: str, expected: str, *, one_line: bool = False) -> dict:
     """``text`` as a JSON object; not JSON or not an object is a ClipflowError naming ``where`` (with the line
-    of a syntax error) and ``expected``, what the object should be."""
+    of a syntax error, or with the text itself when it is ``one_line`` of a file) and ``expected``, what the
+    object should be."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
+        if one_line:
+            raise ClipflowError(f"{where} is not JSON ({exc.msg}): {text[:80]!r}; expected {expected}") from None
         raise ClipflowError(f"{where} line {exc.lineno} is not JSON ({exc.msg}); expected {expected}") from None
     if not isinstance(value, dict):
         raise ClipflowError(f"{where} is JSON but not an object (it holds {json_kind(value)}); expected {expected}")
@@ -96,11 +99,4 @@ def json_object_lines(path: str | Path, what: str, expected: str) -> Iterator[tu
     for number, line in enumerate(text.split("\n"), start=1):  # not splitlines: JSON strings may hold U+2028
         if not line.strip():
             continue
-        where = f"{named(what, path)} line {number}"
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ClipflowError(f"{where} is not JSON ({exc.msg}): {line[:80]!r}; expected {expected}") from None
-        if not isinstance(value, dict):
-            raise ClipflowError(f"{where} is JSON but not an object (it holds {json_kind(value)}); expected {expected}")
-        yield number, value
+        yield number, parse_object(line, f"{named(what, path)} line {number}", expected, one_line=True)
