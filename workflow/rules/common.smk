@@ -8,7 +8,8 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 
 from clipflow.errors import ClipflowError
-from clipflow.recipe import check_span, load_recipe, recipe_path
+from clipflow.recipe import load_recipe, recipe_path
+from clipflow.workflow_checks import check_config_with_recipe
 
 # `python` in the rules is the interpreter running Snakemake (its venv or conda env).
 shell.prefix(f"set -euo pipefail; export PATH={os.path.dirname(sys.executable)!r}:$PATH; ")
@@ -90,28 +91,8 @@ NUM_WORKERS = CLUSTER["num_workers"]
 OVERRIDES = json.dumps(config["overrides"], sort_keys=True)
 
 
-def check_early():
-    """What the config and the recipe say together, checked before any job: the synthetic set's videos hold the
-    recipe's clip span; the plan's hosts can reach each other (by their names: addresses are the plan's)."""
-    synthetic = DATA["synthetic"]
-    if SOURCE == "synthetic":
-        if synthetic["min_frames"] > synthetic["max_frames"]:
-            raise ClipflowError(
-                f"config: data.synthetic.min_frames {synthetic['min_frames']} is larger than max_frames "
-                f"{synthetic['max_frames']}; give min_frames <= max_frames"
-            )
-        what = f"recipe {os.path.basename(RECIPE_FILE)}" + (" with overrides" if config["overrides"] else "")
-        check_span(RECIPE, synthetic["max_frames"], "of the synthetic set (data.synthetic.max_frames)", what)
-    if CLUSTER["launcher"] == "ssh":
-        from clipflow.cluster.hostsfile import hosts_from_config, read_hosts_file
-        from clipflow.cluster.plan import check_reachable
-
-        hosts = read_hosts_file(CLUSTER["hosts_file"]) if CLUSTER["hosts_file"] else hosts_from_config(CLUSTER["hosts"])
-        check_reachable(hosts, {host: host.host for host in hosts})
-
-
-try:
-    check_early()
+try:  # what the config and the recipe say together, before any job
+    check_config_with_recipe(config, RECIPE, os.path.basename(RECIPE_FILE))
 except ClipflowError as exc:
     raise WorkflowError(f"clipflow: {exc}")
 

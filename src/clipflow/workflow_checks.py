@@ -1,0 +1,28 @@
+"""What the workflow's config and its recipe say together, checked while Snakemake reads the Snakefile, before any
+job: each alone is checked by its schema where it enters; these are the checks that need both, or the hosts."""
+
+from __future__ import annotations
+
+from clipflow.errors import ClipflowError
+from clipflow.recipe import check_span
+
+
+def check_config_with_recipe(config: dict, recipe: dict, recipe_name: str) -> None:
+    """The synthetic set's videos hold the recipe's clip span (and its frame counts are in order); the plan's hosts
+    can reach each other (by their names: the addresses are the plan's to find). ClipflowError naming the keys."""
+    data, cluster = config["data"], config["cluster"]
+    if data["source"] == "synthetic":
+        synthetic = data["synthetic"]
+        if synthetic["min_frames"] > synthetic["max_frames"]:
+            raise ClipflowError(
+                f"config: data.synthetic.min_frames {synthetic['min_frames']} is larger than max_frames "
+                f"{synthetic['max_frames']}; give min_frames <= max_frames"
+            )
+        what = f"recipe {recipe_name}" + (" with overrides" if config["overrides"] else "")
+        check_span(recipe, synthetic["max_frames"], "of the synthetic set (data.synthetic.max_frames)", what)
+    if cluster["launcher"] == "ssh":
+        from clipflow.cluster.hostsfile import hosts_from_config, read_hosts_file
+        from clipflow.cluster.plan import check_reachable
+
+        hosts = read_hosts_file(cluster["hosts_file"]) if cluster["hosts_file"] else hosts_from_config(cluster["hosts"])
+        check_reachable(hosts, {host: host.host for host in hosts})
