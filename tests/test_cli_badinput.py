@@ -93,6 +93,8 @@ def test_launch_refuses_a_setting_out_of_range(tmp_path, flags, names):
         (["data", "frames", "x.lst", "--recipe", "slowfast_tiny_synthetic", "--epoch", "0"], ["--epoch", "'0'"]),
         (["cluster", "check", "--plan", "p", "--out", "o", "--min-free-gb", "-1"], ["--min-free-gb", "'-1'"]),
         (["train", "worker", "--job", "j", "--rank", "-1"], ["train worker", "--rank", "'-1'"]),
+        (["train", "launch", "--job", "j", "--compression-threshold", "nan"], ["--compression-threshold", "'nan'"]),
+        (["train", "launch", "--job", "j", "--compression-threshold", "0"], ["--compression-threshold", "'0'"]),
         (["evaluate", "worker", "--job", "j", "--rank", "x"], ["evaluate worker", "--rank", "'x'"]),
         (["models", "list", "--num-classes", "0"], ["models", "--num-classes", "'0'"]),
     ],

@@ -81,6 +81,14 @@ def seconds(text: str) -> float:
     return value
 
 
+def positive(text: str) -> float:
+    """An argument type: a finite number > 0 (a threshold, a rate)."""
+    value = _finite(text)
+    if value is None or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number > 0; give one such as 0.5")
+    return value
+
+
 def at_least_zero(text: str) -> float:
     """An argument type: a finite number >= 0 (a grace period, a size)."""
     value = _finite(text)

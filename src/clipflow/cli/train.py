@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from clipflow.cli.args import at_least_zero, json_object, launched, whole
+from clipflow.cli.args import at_least_zero, json_object, launched, positive, whole
 from clipflow.errors import ClipflowError
 from clipflow.schemas import config_defaults
 
@@ -109,7 +109,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--update-on-kvstore", action="store_true", help="the servers run the optimizer")
     p.add_argument("--compression", choices=["none", "2bit"],
                    help=f"gradient compression (default: {compression['type']})")  # fmt: skip
-    p.add_argument("--compression-threshold", type=float, help=f"default: {compression['threshold']}")
+    p.add_argument("--compression-threshold", type=positive, help=f"default: {compression['threshold']}")
     p.add_argument("--seed", type=int, help=f"default: {defaults['seed']}")
     p.set_defaults(func=cmd_launch)
     p = train.add_parser("worker", help="one worker of a job (started by the launcher with its job file and rank)")
