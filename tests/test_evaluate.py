@@ -135,8 +135,8 @@ def test_one_process_form_and_a_ps_plan_give_the_same_numbers(tmp_path, video_ru
     same = save_untrained(tmp_path / "same.pt", "slowfast_tiny_synthetic", loading)
     done = launch(tmp_path, plan, same, val, root, "ps.json", "--batch-size", "13")
     assert done.returncode == 0, done.stdout + done.stderr
-    logs = tmp_path / "logs_ps.json"  # the roles' logs, and the evaluation's job, which they started from
-    assert sorted(p.name for p in logs.iterdir()) == ["job.json", "worker-0.log", "worker-1.log"]
+    logs = tmp_path / "logs_ps.json"  # the roles' logs, the evaluation's job they started from, clipflow's record
+    assert sorted(p.name for p in logs.iterdir()) == [".clipflow-made.json", "job.json", "worker-0.log", "worker-1.log"]
     job = json.loads((logs / "job.json").read_text())
     assert (job["model"], job["batch_size"], job["plan"]["num_workers"]) == (str(same), 13, 2)
     a, b = (json.loads((tmp_path / name).read_text()) for name in ("alone.json", "ps.json"))
