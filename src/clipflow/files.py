@@ -15,6 +15,7 @@ starts on a line of its own.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -26,18 +27,31 @@ from clipflow.errors import ClipflowError
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:
-    """Writes ``text`` to a temporary file beside ``path`` and renames it: readers see the old or the new file.
+    """Writes ``text`` (UTF-8) to ``path`` atomically: :func:`write_bytes_atomic`."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> None:
+    """Writes ``data`` to a temporary file beside ``path`` and renames it: readers see the old or the new file.
     On any failure (a full disk, ``path`` a folder, an interrupt) the temporary file is removed and the error
     raised: nothing is left behind, and no file that was there before is touched."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    if path.is_dir():  # os.replace would fail only after the text was written
+    if path.is_dir():  # os.replace would fail only after the data was written
         raise IsADirectoryError(21, "Is a directory", str(path))
-    tmp, fd = fresh_tmp(path)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+    with temp_beside(path) as tmp:
+        tmp.write_bytes(data)
         os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def temp_beside(path: str | Path, suffix: str = ".tmp") -> Iterator[Path]:
+    """A new empty file beside ``path`` (:func:`fresh_tmp`) for the block to fill and rename onto its name;
+    removed again when the block fails, so a failed write leaves nothing behind."""
+    tmp, fd = fresh_tmp(path, suffix)
+    os.close(fd)
+    try:
+        yield tmp
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -115,11 +129,3 @@ def append_record(log: IO[str], record: dict) -> None:
     """Appends one journal record and flushes it, so a kill loses at most the line being written."""
     log.write(json.dumps(record) + "\n")
     log.flush()
-
-
-def require_nonempty_file(path: Path) -> None:
-    """Raises FileNotFoundError or ValueError, with a one-line reason, unless ``path`` is a non-empty file."""
-    if not path.exists():
-        raise FileNotFoundError("file not found")
-    if path.stat().st_size == 0:
-        raise ValueError("empty file (0 bytes)")

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from clipflow.errors import ClipflowError
-from clipflow.files import fresh_tmp, write_text_atomic
+from clipflow.files import temp_beside, write_text_atomic
 
 RECORD = ".clipflow-made.json"
 JOURNAL = "journal"  # the record's value for a journal: its bytes are not compared
@@ -78,14 +78,9 @@ class Made:
         """``data`` written atomically to ``folder``/``name``, recorded as clipflow's."""
         path = self.folder / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp, fd = fresh_tmp(path)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
+        with temp_beside(path) as tmp:
+            tmp.write_bytes(data)
             self.adopt([(name, tmp, hashlib.sha256(data).hexdigest())])
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
         return path
 
     def write_text(self, name: str, text: str) -> Path:

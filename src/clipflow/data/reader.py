@@ -99,6 +99,21 @@ def open_video(path: Path):
     return container
 
 
+def open_with_decord(path: Path, **options):
+    """(a ``decord.VideoReader`` of ``path`` with ``options``, the frame count the container's index lists, 0
+    when it lists none), or VideoFileError in the user's words. The file is opened with :func:`open_video`
+    first, so decord only sees files with a video stream: when decord fails it writes its own check text to
+    stderr, which the user must not get for a folder, an audio-only file or a text file."""
+    import decord
+
+    with open_video(path) as container:
+        listed = container.streams.video[0].frames
+    try:
+        return decord.VideoReader(str(path), **options), listed
+    except Exception:  # decord's DECORDError and RuntimeError, with its internal check text
+        raise VideoFileError(f"cannot open as a video: decord cannot read it ({NOT_A_CONTAINER})") from None
+
+
 def damaged(exc: Exception) -> str:
     """A decoding failure past the opening, in the user's words (FFmpeg's error text, never a check's)."""
     detail = getattr(exc, "strerror", None)
@@ -261,15 +276,9 @@ def read_frames(path: Path, indices: list[int], width: int, height: int, decoder
 
 
 def _read_with_decord(path: Path, indices: list[int], width: int, height: int) -> np.ndarray:
-    """read_frames with decord: the file opened with PyAV first, so a file decord cannot take is named as
-    open_video names it; decord's own errors (its check texts) become "damaged or cut short"."""
-    import decord
-
-    open_video(path).close()
-    try:
-        reader = decord.VideoReader(str(path), num_threads=1)
-    except Exception:  # decord's DECORDError and RuntimeError, with its internal check text
-        raise VideoFileError(f"cannot open as a video: decord cannot read it ({NOT_A_CONTAINER})") from None
+    """read_frames with decord (:func:`open_with_decord`); decord's own errors (its check texts) become
+    "damaged or cut short"."""
+    reader, _ = open_with_decord(path, num_threads=1)
     bad = [i for i in indices if not 0 <= i < len(reader)]
     if bad:
         raise ClipflowError(f"frame {bad[0]} is out of range: the video has {len(reader)} frames")

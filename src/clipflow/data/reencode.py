@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -33,8 +32,8 @@ from clipflow.files import (
     append_record,
     check_output_dir,
     check_output_file,
-    fresh_tmp,
     journal_lines,
+    temp_beside,
     write_text_atomic,
 )
 from clipflow.values import is_int, is_number
@@ -234,16 +233,11 @@ def reencode(src: str | Path, dst: str | Path, spec: ReencodeSpec, threads: int 
     src, dst = Path(src), Path(dst)
     began = time.perf_counter()
     dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp, fd = fresh_tmp(dst, ".part")  # a new file beside its own output: never one that was there
-    os.close(fd)
     try:
-        frames, width, height = _encode(src, tmp, spec, threads)
+        with temp_beside(dst, ".part") as tmp:  # a new file beside its own output: never one that was there
+            frames, width, height = _encode(src, tmp, spec, threads)
     except av.FFmpegError as exc:
-        tmp.unlink(missing_ok=True)
         raise ValueError(f"re-encoding failed: {exc.strerror or exc}") from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     tmp.replace(dst)
     return ReencodeResult(str(src), str(dst), "done", frames, width, height, seconds=time.perf_counter() - began)
 

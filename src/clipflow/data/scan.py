@@ -19,7 +19,7 @@ from typing import IO
 from tqdm import tqdm
 
 from clipflow.data.listfile import VideoEntry, list_text
-from clipflow.data.reader import NOT_A_CONTAINER, VideoFileError, open_video
+from clipflow.data.reader import VideoFileError, open_with_decord
 from clipflow.environment import read_env
 from clipflow.errors import ClipflowError
 from clipflow.files import append_record, check_output_dir, journal_lines
@@ -47,16 +47,9 @@ class ScanResult:
 
 def probe(path: Path) -> tuple[int, float, int, int]:
     """(frames, fps, width, height) after decoding every frame; raises ValueError with the reason in the user's
-    words when it cannot (:func:`clipflow.data.reader.open_video` names what the file is first, so decord
-    only sees files with a video stream, and its own error text never becomes the reason)."""
-    import decord  # imported here: decord's import is slow and only scans need it
-
-    with open_video(path) as container:
-        listed = container.streams.video[0].frames  # the container index's count; 0 when it has none
-    try:
-        reader = decord.VideoReader(str(path), ctx=decord.cpu(0), num_threads=1)
-    except Exception:  # decord raises its own DECORDError and RuntimeError, with its internal check text
-        raise VideoFileError(f"cannot open as a video: decord cannot read it ({NOT_A_CONTAINER})") from None
+    words when it cannot (:func:`clipflow.data.reader.open_with_decord`: decord's own error text never becomes
+    the reason)."""
+    reader, listed = open_with_decord(path, num_threads=1)
     total = len(reader)
     if total == 0:
         raise VideoFileError("no video frames")

@@ -8,7 +8,6 @@ single frame tells the class.
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,7 @@ from tqdm import tqdm
 
 from clipflow.environment import read_env
 from clipflow.errors import ClipflowError
-from clipflow.files import check_output_dir, fresh_tmp
+from clipflow.files import check_output_dir, temp_beside
 from clipflow.made import Made, sha256_file
 
 DIRECTIONS = {"right": (1, 0), "left": (-1, 0), "down": (0, 1), "up": (0, -1)}
@@ -92,13 +91,8 @@ def write_video(path: Path, frames: np.ndarray, fps: int, keyframe_interval: int
 def encode_to_tmp(path: Path, frames: np.ndarray, fps: int, keyframe_interval: int) -> Path:
     """The video written to a new temporary file beside ``path`` (never one that was there), returned complete
     for the caller to rename onto ``path``; removed again on any failure."""
-    tmp, fd = fresh_tmp(path, ".part.mp4")
-    os.close(fd)
-    try:
+    with temp_beside(path, ".part.mp4") as tmp:
         _encode(tmp, frames, fps, keyframe_interval)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     return tmp
 
 

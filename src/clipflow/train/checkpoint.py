@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from clipflow.checksums import checksum_path, record_checksum
-from clipflow.files import fresh_tmp
+from clipflow.files import temp_beside
 
 NAME = re.compile(r"^epoch_(\d{4,})(?:_iter_(\d{6,}))?\.pt$")
 Point = tuple[int, int]  # (epoch, iterations done in it; 0: the epoch is complete)
@@ -45,16 +45,13 @@ def atomic_save(obj: Any, path: str | Path) -> None:
     collection reports)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp, fd = fresh_tmp(path.with_name(f".{path.name}"))  # a new file: never one that was there
-    try:
-        with os.fdopen(fd, "wb") as fh:
+    with temp_beside(path.with_name(f".{path.name}")) as tmp:  # a new file: never one that was there
+        with tmp.open("wb") as fh:
             torch.save(obj, fh)
             fh.flush()
             os.fsync(fh.fileno())
         checksum_path(path).unlink(missing_ok=True)  # the old file's: never left beside the new one
         os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
     record_checksum(path)
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:

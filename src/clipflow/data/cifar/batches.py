@@ -22,7 +22,6 @@ model's (N, C, H, W) once batched.
 from __future__ import annotations
 
 import importlib
-import os
 import pickle
 import re
 from collections.abc import Sequence
@@ -32,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from clipflow.errors import ClipflowError
-from clipflow.files import fresh_tmp
+from clipflow.files import write_bytes_atomic
 from clipflow.made import Made
 
 SIDE = 32  # CIFAR images are 32x32
@@ -148,18 +147,11 @@ def read_label_names(path: str | Path) -> list[str]:
 
 def _dump_atomic(path: Path, obj: dict[bytes, Any], made: Made | None = None) -> None:
     """``obj`` pickled to ``path`` atomically; through ``made`` (recorded as clipflow's) when given."""
+    data = pickle.dumps(obj, protocol=4)
     if made is not None:
-        made.write_bytes(path.name, pickle.dumps(obj, protocol=4))
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp, fd = fresh_tmp(path)  # a new file: never one that was there
-    try:
-        with os.fdopen(fd, "wb") as f:
-            pickle.dump(obj, f, protocol=4)
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+        made.write_bytes(path.name, data)
+    else:
+        write_bytes_atomic(path, data)
 
 
 def write_batch(
