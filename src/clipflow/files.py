@@ -1,4 +1,4 @@
-"""Small file helpers the stages share: atomic text writes, JSON-lines journals, input files, and the checks on
+"""Small file helpers the stages share: atomic writes, JSON-lines journals, and the checks on
 an output path that a command makes before it starts its work.
 
 An atomic write goes through a temporary file of a fresh name beside the target (made with O_EXCL, so it is

@@ -73,20 +73,20 @@ def setting(*path: str) -> Callable[[str], int]:
 count = whole(1)  # workers, servers, classes, an epoch
 
 
-def seconds(text: str) -> float:
-    """An argument type: a finite number of seconds > 0 (a timeout)."""
-    value = _finite(text)
-    if value is None or value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds > 0; give one such as 30")
-    return value
+def above_zero(what: str, example: str) -> Callable[[str], float]:
+    """An argument type: a finite number > 0, ``what`` in its refusal (with ``example``)."""
+
+    def parse(text: str) -> float:
+        value = _finite(text)
+        if value is None or value <= 0:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what} > 0; give one such as {example}")
+        return value
+
+    return parse
 
 
-def positive(text: str) -> float:
-    """An argument type: a finite number > 0 (a threshold, a rate)."""
-    value = _finite(text)
-    if value is None or value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number > 0; give one such as 0.5")
-    return value
+seconds = above_zero("a number of seconds", "30")  # a timeout
+positive = above_zero("a finite number", "0.5")  # a threshold, a rate
 
 
 def at_least_zero(text: str) -> float:
