@@ -33,7 +33,9 @@ def cmd_check(a: argparse.Namespace) -> int:
     from clipflow.cluster.checks import check_plan
     from clipflow.cluster.plan import Plan
 
-    check_plan(Plan.read(a.plan), a.path, a.min_free_gb, a.out)
+    if a.storage and not a.marker_dir:
+        raise ClipflowError("--storage needs --marker-dir: the folder of the run's files, where the marker goes")
+    check_plan(Plan.read(a.plan), a.path, a.min_free_gb, a.out, storage=a.storage, marker_dir=a.marker_dir)
     return 0
 
 
@@ -120,6 +122,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plan", required=True)
     p.add_argument("--path", action="append", default=[], help="a path the run reads (repeat)")
     p.add_argument("--min-free-gb", type=at_least_zero, default=float(defaults["min_free_gb"]))
+    p.add_argument("--storage", choices=["auto", "shared", "local"], default="",
+                   help="decide cluster.storage with a marker in --marker-dir (default: no decision; the paths must "
+                   "exist on every host)")  # fmt: skip
+    p.add_argument("--marker-dir", default="", help="where the run's files live here (results/<run>/cluster)")
     p.add_argument("--out", required=True, help="the checks as JSON")
     p.set_defaults(func=cmd_check)
     p = cluster.add_parser("sync", help="rsync the working folder to every host of a plan")

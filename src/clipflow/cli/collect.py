@@ -12,9 +12,12 @@ from clipflow.schemas import config_defaults
 def cmd_collect(a: argparse.Namespace) -> int:
     from clipflow.cluster.plan import Plan
     from clipflow.collect.gather import MANIFEST, collect_run
+    from clipflow.train.launch import HostRun
 
+    local = HostRun.of(a.staged, a.host_dir)
+    host_dir = local.folder if local else ""
     outcome = collect_run(Plan.read(a.plan), a.log_dir, a.checkpoint_root, a.model, Path(a.out), a.backend,
-                          log=lambda line: print(line, file=sys.stderr))  # fmt: skip
+                          log=lambda line: print(line, file=sys.stderr), host_dir=host_dir)  # fmt: skip
     hosts = len({f.host for f in outcome.files})
     print(f"collected {len(outcome.files)} files from {hosts} host(s), every sha256 verified: {outcome.out / MANIFEST}")
     return 0
@@ -30,4 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="train launch's --backend (one the run did not train with is named)")  # fmt: skip
     p.add_argument("--out", required=True, help="the collection folder: a new or empty one, or an earlier collection "
                    "(replaced whole); manifest.json in it when all verified")  # fmt: skip
+    p.add_argument("--staged", default="", help="the staging stage's staged.json: with storage local the run's "
+                   "files are in --host-dir on the hosts")  # fmt: skip
+    p.add_argument("--host-dir", default="", help="storage local: the run's folder on every host")
     p.set_defaults(func=cmd_collect)

@@ -28,9 +28,11 @@ def cmd_evaluate(a: argparse.Namespace) -> int:
 
 def cmd_launch(a: argparse.Namespace) -> int:
     from clipflow.evaluate.launch import launch_evaluation
+    from clipflow.train.launch import HostRun
 
     _need(a)
-    code = launch_evaluation(a.plan, a.model, a.list, a.root, a.out, a.batch_size, a.log_dir, a.grace)
+    local = HostRun.of(a.staged, a.host_dir)
+    code = launch_evaluation(a.plan, a.model, a.list, a.root, a.out, a.batch_size, a.log_dir, a.grace, local)
     return launched(code, "evaluation", f"see the workers' logs in {a.log_dir}")
 
 
@@ -71,6 +73,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-dir", required=True, help="one log a worker, and the evaluation's job.json")
     p.add_argument("--grace", type=at_least_zero, default=10.0, help="seconds between SIGTERM and SIGKILL at teardown")
     _inputs(p, required=True)
+    p.add_argument("--staged", default="", help="the staging stage's staged.json: with storage local the hosts "
+                   "read the staged videos and the evaluation runs in --host-dir/evaluate")  # fmt: skip
+    p.add_argument("--host-dir", default="", help="storage local: the run's folder on every host")
     p.set_defaults(func=cmd_launch)
     p = forms.add_parser("worker", help="one worker of an evaluation (started by `evaluate launch` with its job file "
                          "and rank)")  # fmt: skip

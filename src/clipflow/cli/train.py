@@ -66,10 +66,11 @@ def job_from_args(a: argparse.Namespace):
 
 
 def cmd_launch(a: argparse.Namespace) -> int:
-    from clipflow.train.launch import launch_training
+    from clipflow.train.launch import HostRun, launch_training
 
     source = Path(a.job) if a.job else None
-    return launched(launch_training(job_from_args(a), a.log_dir, a.grace, source), "training",
+    local = HostRun.of(a.staged, a.host_dir)
+    return launched(launch_training(job_from_args(a), a.log_dir, a.grace, source, local), "training",
                     "rerun to resume from the last checkpoint")  # fmt: skip
 
 
@@ -111,6 +112,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"gradient compression (default: {compression['type']})")  # fmt: skip
     p.add_argument("--compression-threshold", type=positive, help=f"default: {compression['threshold']}")
     p.add_argument("--seed", type=int, help=f"default: {defaults['seed']}")
+    p.add_argument("--staged", default="", help="the staging stage's staged.json: with storage local the hosts "
+                   "read the staged videos and keep the run's files in --host-dir")  # fmt: skip
+    p.add_argument("--host-dir", default="", help="storage local: the run's folder on the hosts (~/: home)")
     p.set_defaults(func=cmd_launch)
     p = train.add_parser("worker", help="one worker of a job (started by the launcher with its job file and rank)")
     p.add_argument("--job", required=True, help="the run's job.json")

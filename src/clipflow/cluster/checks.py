@@ -1,4 +1,4 @@
-"""Host checks before a run: ssh, versions, data path, ports, free disk; a table and a JSON file.
+"""Host checks before a run: ssh, versions, data path, ports, free disk, storage; a table and a JSON file.
 
 Each host is asked once, through one ssh session, to run a small probe with the
 Python the roles will use (``cluster.python``). A host fails when:
@@ -8,6 +8,12 @@ Python the roles will use (``cluster.python``). A host fails when:
 * a path the run reads (the data root, the split lists) does not exist there;
 * a port a role must listen on is taken;
 * it has less free disk than ``cluster.min_free_gb`` where the run writes.
+
+The same probe decides the storage (``cluster.storage``, :mod:`clipflow.cluster.storage_decision`): the
+launching node writes a marker with a fresh token where the run's files live; each host reads it and writes its
+own reply beside it. Storage is shared when every host saw the token and every reply is seen here; otherwise each
+host has its own disk (local). With local storage the data root need not exist on the hosts (the videos are
+staged), so a missing one is no failure there.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from pathlib import Path
 from clipflow.cluster.hostsfile import Host
 from clipflow.cluster.plan import Plan
 from clipflow.cluster.ssh import SshSettings, connect
+from clipflow.cluster.storage_decision import StorageDecision, StorageMarker, decide_storage, judge_paths
 from clipflow.errors import ClipflowError
 
 PROBE = """
@@ -35,6 +42,23 @@ for name in ("torch", "clipflow"):
     except Exception as exc:
         out[name] = "missing (%s)" % type(exc).__name__
 out["paths"] = {p: os.path.exists(p) for p in want["paths"]}
+marker = want.get("marker")
+if marker:
+    seen, wrote, why = False, False, ""
+    try:
+        with open(marker["path"]) as fh:
+            seen = fh.read() == marker["token"]
+        why = "" if seen else "it holds another token"
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+    if seen:
+        try:
+            with open(marker["path"] + "." + marker["host"], "w") as fh:
+                fh.write(marker["token"])
+            wrote = True
+        except OSError as exc:
+            why = "cannot write beside it: " + (exc.strerror or str(exc))
+    out["marker"] = {"seen": seen, "wrote": wrote, "why": why}
 ports = {}
 for port in want["ports"]:
     s = socket.socket()
@@ -84,12 +108,15 @@ def check_host(
     ports: list[int],
     disk_path: str = "",
     min_free_gb: float = 1.0,
+    marker: dict[str, str] | None = None,
 ) -> HostCheck:
-    """Run the probe on ``host``; every problem is recorded (none raised)."""
+    """Run the probe on ``host``; every problem is recorded (none raised). ``marker`` (path, token, host): the
+    storage marker the host looks for and answers (:mod:`clipflow.cluster.storage_decision`); the paths'
+    existence is then recorded as facts and judged once the storage is decided (:func:`check_plan`)."""
     check = HostCheck(str(host))
     try:
         with connect(host, settings) as conn:
-            want = json.dumps({"paths": paths, "ports": ports, "disk": disk_path})
+            want = json.dumps({"paths": paths, "ports": ports, "disk": disk_path, "marker": marker})
             cmd = shlex.join([python, "-c", PROBE, want])
             result = conn.run(cmd, hide=True, warn=True, in_stream=False, timeout=60)
     except ClipflowError as exc:
@@ -106,7 +133,7 @@ def check_host(
         if facts.get(name) != here:
             check.fail(f"{name} {facts.get(name)} there, {here} on the launching node")
     for path, exists in facts["paths"].items():
-        if not exists:
+        if not exists and marker is None:
             check.fail(f"{path} does not exist there")
     for port, free in facts["ports"].items():
         if not free:
@@ -135,10 +162,12 @@ def format_table(checks: list[HostCheck]) -> str:
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=False)) + "  " + r[-1] for r in rows)
 
 
-def write_checks(checks: list[HostCheck], path: str | Path) -> None:
+def write_checks(checks: list[HostCheck], path: str | Path, storage: StorageDecision | None = None) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = {"ok": all(c.ok for c in checks), "launcher": local_versions(), "hosts": [asdict(c) for c in checks]}
+    if storage is not None:
+        data["storage"] = asdict(storage)
     path.write_text(json.dumps(data, indent=2) + "\n")
 
 
@@ -149,17 +178,27 @@ def failure_message(checks: list[HostCheck]) -> str | None:
     return "host checks failed: " + " | ".join(f"{c.host}: {'; '.join(c.problems)}" for c in bad)
 
 
-def check_plan(plan: Plan, paths: list[str], min_free_gb: float, out: str | Path, log=print) -> list[HostCheck]:
+def check_plan(plan: Plan, paths: list[str], min_free_gb: float, out: str | Path, log=print,
+               storage: str = "", marker_dir: str | Path = "") -> list[HostCheck]:  # fmt: skip
     """Checks every host of ``plan`` (``paths`` as absolute paths there), logs the table, writes the checks to
-    ``out``; raises ClipflowError naming each bad host and why."""
+    ``out``; raises ClipflowError naming each bad host and why. ``storage`` (cluster.storage: auto, shared or
+    local; empty: not decided, the paths must exist on every host) is decided with a marker in ``marker_dir``,
+    printed and recorded in ``out``; with local storage the paths need not exist on the hosts."""
     settings = plan.ssh_settings()
     paths = [str(Path(p).absolute()) for p in paths]
     checks = []
-    for host in plan.host_list():
-        ports = [plan.root_port] if plan.runs_scheduler(host) else []
-        checks.append(check_host(host, settings, plan.python, paths, ports, plan.workdir, min_free_gb))
+    with StorageMarker(marker_dir if storage else "") as marker:
+        for index, host in enumerate(plan.host_list()):
+            ports = [plan.root_port] if plan.runs_scheduler(host) else []
+            checks.append(check_host(host, settings, plan.python, paths, ports, plan.workdir, min_free_gb,
+                                     marker.request(index)))  # fmt: skip
+        decision = decide_storage(storage, marker, checks) if storage else None
+    if decision is not None:
+        for check in checks:
+            judge_paths(check, decision)
+        log(f"clipflow cluster: storage {decision.mode} ({decision.setting}): {decision.reason}")
     log(format_table(checks))
-    write_checks(checks, out)
+    write_checks(checks, out, decision)
     problem = failure_message(checks)
     if problem:
         raise ClipflowError(problem)

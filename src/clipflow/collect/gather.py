@@ -40,7 +40,7 @@ MARKER_TEXT = ("made by `clipflow collect`: the next collection into this folder
 
 @dataclass
 class Wanted:
-    kind: str  # log | model | checkpoint | best | best_facts
+    kind: str  # log | model | checkpoint | best | best_facts; own disks: history | run_facts | tensorboard
     remote: str  # as the writer named it on its host
     local: str  # under the collection folder
     role: str | None = None
@@ -72,7 +72,11 @@ class Outcome:
 LOST = (OSError, EOFError, paramiko.SSHException)
 
 
-def collect(plan: Plan, log_dir: str, checkpoint_root: str, model: str, out: Path, backend: str = "ps") -> Outcome:
+def collect(plan: Plan, log_dir: str, checkpoint_root: str, model: str, out: Path, backend: str = "ps",
+            host_dir: str = "") -> Outcome:  # fmt: skip
+    """The files of the module's docstring into ``out``. ``host_dir``: the run's folder on hosts with their own
+    disks (storage local): the roles worked there, and rank 0's history, run facts and TensorBoard files, which
+    exist only on its host, come home too."""
     rank0 = next((r for r in plan.roles if r.role == "worker" and r.rank == 0), None)
     if rank0 is None:
         raise ClipflowError(
@@ -85,6 +89,7 @@ def collect(plan: Plan, log_dir: str, checkpoint_root: str, model: str, out: Pat
         (partial / "logs").mkdir(parents=True)
         (partial / MARKER).write_text(MARKER_TEXT, encoding="utf-8")
         (partial / "checkpoints").mkdir()
+        (partial / "tensorboard").mkdir()
     except OSError as exc:
         raise ClipflowError(f"cannot write the collection to --out {out} ({exc.strerror or exc})") from None
     files: list[Collected] = []
@@ -94,14 +99,14 @@ def collect(plan: Plan, log_dir: str, checkpoint_root: str, model: str, out: Pat
         if not roles:
             continue
         try:
-            where = open_host(plan, host)
+            where = open_host(plan, host, host_dir)
         except ClipflowError as exc:
             problems.append(f"host {host}: cannot reach it to collect its files: {exc}")
             continue
         try:
             wanted = [_log(r, log_dir) for r in roles]
             if host == rank0.host:
-                wanted += _rank0_files(where, checkpoint_root, model, backend, problems)
+                wanted += _rank0_files(where, checkpoint_root, model, backend, problems, own_disk=bool(host_dir))
             for item in wanted:
                 got = _fetch(where, item, partial, problems)
                 if got:
@@ -182,8 +187,11 @@ def _log(role: Role, log_dir: str) -> Wanted:
     return Wanted("log", host_log_path(log_dir, role.role, role.rank), f"logs/{name}", role.role, role.rank)
 
 
-def _rank0_files(where, checkpoint_root: str, model: str, backend: str, problems: list[str]) -> list[Wanted]:
-    """The final model, and from the run's checkpoint folder the newest checkpoint and best.pt/best.json."""
+def _rank0_files(where, checkpoint_root: str, model: str, backend: str, problems: list[str],
+                 own_disk: bool = False) -> list[Wanted]:  # fmt: skip
+    """The final model, and from the run's checkpoint folder the newest checkpoint and best.pt/best.json; on a
+    host's own disk (``own_disk``) also the run's history and facts, and the TensorBoard files beside the
+    checkpoint root (in the run's folder there)."""
     wanted = [Wanted("model", model, posixpath.basename(model))]
     runs = [f"{checkpoint_root}/{name}" for name in where.subfolders(checkpoint_root)]
     runs = [run for run in runs if where.exists(f"{run}/{RUN_FACTS}")]
@@ -211,6 +219,12 @@ def _rank0_files(where, checkpoint_root: str, model: str, backend: str, problems
     if "best.pt" in names or "best.json" in names:  # saved when validation ran
         wanted += [Wanted("best", f"{run}/best.pt", "checkpoints/best.pt"),
                    Wanted("best_facts", f"{run}/best.json", "checkpoints/best.json")]  # fmt: skip
+    if own_disk:
+        wanted += [Wanted("history", f"{run}/metrics.jsonl", "checkpoints/metrics.jsonl"),
+                   Wanted("run_facts", f"{run}/{RUN_FACTS}", f"checkpoints/{RUN_FACTS}")]  # fmt: skip
+        board = posixpath.join(posixpath.dirname(checkpoint_root), "tensorboard")
+        events = [name for name in where.names(board) if name.startswith("events.") and not name.endswith(SUFFIX)]
+        wanted += [Wanted("tensorboard", f"{board}/{name}", f"tensorboard/{name}") for name in events]
     return wanted
 
 
@@ -248,11 +262,15 @@ def _fetch(where, item: Wanted, partial: Path, problems: list[str]) -> Collected
 
 
 def collect_run(plan: Plan, log_dir: str, checkpoint_root: str, model: str, out: Path, backend: str = "ps",
-                log=print) -> Outcome:  # fmt: skip
-    """:func:`collect` with the paths as `train launch` gave them to the workers (absolute); logs every problem
-    and raises ClipflowError when there is one, so that no manifest means a failed stage."""
-    model, checkpoint_root = str(Path(model).absolute()), str(Path(checkpoint_root).absolute())
-    outcome = collect(plan, log_dir, checkpoint_root, model, out, backend)
+                log=print, host_dir: str = "") -> Outcome:  # fmt: skip
+    """:func:`collect` with the paths as `train launch` gave them to the workers (absolute; with ``host_dir``,
+    in the run's folder on the hosts' own disks); logs every problem and raises ClipflowError when there is one,
+    so that no manifest means a failed stage."""
+    if host_dir:
+        model, checkpoint_root = f"{host_dir}/train/model_final.pt", f"{host_dir}/checkpoints"
+    else:
+        model, checkpoint_root = str(Path(model).absolute()), str(Path(checkpoint_root).absolute())
+    outcome = collect(plan, log_dir, checkpoint_root, model, out, backend, host_dir)
     if outcome.problems:
         for problem in outcome.problems:
             log(f"clipflow: error: {problem}")

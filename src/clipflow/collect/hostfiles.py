@@ -1,5 +1,5 @@
-"""Reading one host's files: by plain file access (local and Slurm plans: this machine, or storage the nodes
-share) or over SFTP with the job's key and the pinned host keys (ssh plans).
+"""One host's files: by plain file access (local and Slurm plans: this machine, or storage the nodes share) or
+over SFTP with the job's key and the pinned host keys (ssh plans, which can also be written: :meth:`SftpFiles.put`).
 
 Paths are as the roles used them: absolute, ``~/``-relative, or relative to the roles' working folder there.
 """
@@ -56,7 +56,7 @@ class LocalFiles:
 class SftpFiles:
     """A host of an ssh plan; relative paths are under the plan's working folder there (SFTP starts at home)."""
 
-    def __init__(self, plan: Plan, host: str) -> None:
+    def __init__(self, plan: Plan, host: str, workdir: str = "") -> None:
         self.host = host
         self.conn = connect(parse_host(host, "the plan's hosts"), plan.ssh_settings())
         try:
@@ -64,7 +64,7 @@ class SftpFiles:
         except Exception as exc:  # paramiko's SSHException, EOFError: the server refused or dropped SFTP
             self.conn.close()
             raise ClipflowError(f"{host}: no SFTP session ({exc or type(exc).__name__})") from None
-        self.workdir = plan.workdir or "."
+        self.workdir = workdir or plan.workdir or "."
 
     def _path(self, path: str) -> str:
         if not (path.startswith("/") or path == "~" or path.startswith("~/")):
@@ -108,13 +108,48 @@ class SftpFiles:
     def copy(self, path: str, local: Path) -> None:
         self.sftp.get(self._path(path), str(local))
 
+    def size(self, path: str) -> int:
+        return int(self.sftp.stat(self._path(path)).st_size or 0)
+
+    def remove(self, path: str) -> None:
+        """``path`` removed there when it is there."""
+        try:
+            self.sftp.remove(self._path(path))
+        except OSError:
+            pass
+
+    def makedirs(self, folder: str) -> None:
+        """``folder`` and its parents made there when missing."""
+        path = self._path(folder)
+        prefix, parts = ("/" if path.startswith("/") else ""), []
+        for part in path.split("/"):
+            if part in ("", "."):
+                continue
+            parts.append(part)
+            current = prefix + "/".join(parts)
+            try:
+                self.sftp.stat(current)
+            except OSError:
+                self.sftp.mkdir(current)
+
+    def put(self, local: Path, path: str) -> None:
+        """``local`` copied to ``path`` there: under a temporary name, then renamed over it (a reader sees the old
+        file or the whole new one); the folder is made when missing."""
+        target = self._path(path)
+        folder, name = posixpath.split(target)
+        self.makedirs(folder or ".")
+        temp = posixpath.join(folder, f".{name}.clipflow-put")
+        self.sftp.put(str(local), temp)
+        self.sftp.posix_rename(temp, target)
+
     def close(self) -> None:
         self.sftp.close()
         self.conn.close()
 
 
-def open_host(plan: Plan, host: str) -> LocalFiles | SftpFiles:
-    """The files of ``host`` (a role's host as the plan writes it); ClipflowError naming it when it is unreachable."""
+def open_host(plan: Plan, host: str, workdir: str = "") -> LocalFiles | SftpFiles:
+    """The files of ``host`` (a role's host as the plan writes it); ClipflowError naming it when it is unreachable.
+    ``workdir``: the roles' working folder there, when not the plan's (a run's folder on a host's own disk)."""
     if plan.launcher == "ssh":
-        return SftpFiles(plan, host)
+        return SftpFiles(plan, host, workdir)
     return LocalFiles(host, Path.cwd())

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from clipflow.checksums import write_text_with_checksum
 from clipflow.data.build import build_dataset
 from clipflow.data.listfile import read_list
 from clipflow.errors import ClipflowError
@@ -21,7 +22,7 @@ from clipflow.evaluate.classes import class_names
 from clipflow.evaluate.metrics import video_metrics
 from clipflow.evaluate.protocol import protocol_of
 from clipflow.evaluate.scoring import score_videos
-from clipflow.files import check_output_file, write_text_atomic
+from clipflow.files import check_output_file
 from clipflow.models import build_model
 
 
@@ -129,5 +130,5 @@ def evaluate(
         **video_metrics(*gathered, labels, dataset.views, names),
         "reference": recipe.get("reference", {}),
     }
-    write_text_atomic(out, json.dumps(metrics, indent=2) + "\n")
+    write_text_with_checksum(out, json.dumps(metrics, indent=2) + "\n")  # its checksum: copies are checked
     return metrics

@@ -36,6 +36,16 @@ class EvalJob:
                 f"worker rank {rank} is not in the evaluation's plan: its ranks are 0..{self.plan.num_workers - 1}"
             )
 
+    def expanded(self) -> EvalJob:
+        """The paths with a leading ``~`` made this host's home."""
+        return EvalJob(self.plan, *(getattr(self, name).expanduser() for name in PATHS), self.batch_size)
+
+    def on_host(self, folder: str, root: str) -> EvalJob:
+        """The job as a host with its own disk runs it: the model, the list and metrics.json in the evaluation's
+        ``folder`` there, the videos in the staged data ``root``."""
+        return EvalJob(self.plan, Path(folder, "model.pt"), Path(folder, "val.lst"), Path(root),
+                       Path(folder, "metrics.json"), self.batch_size)  # fmt: skip
+
     def to_dict(self) -> dict:
         paths = {name: str(getattr(self, name)) for name in PATHS}
         return {"version": VERSION, "plan": self.plan.to_dict(), **paths, "batch_size": self.batch_size}

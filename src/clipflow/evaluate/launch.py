@@ -15,13 +15,15 @@ from clipflow.evaluate.evaluate import check_inputs
 from clipflow.evaluate.job import JOB_FILE, EvalJob
 from clipflow.files import check_output_dir
 from clipflow.made import Made
-from clipflow.train.launch import job_command, launch_workers
+from clipflow.train.launch import HostRun, job_command, launch_workers
 
 
 def launch_evaluation(plan_path: str, model: str, list_path: str, root: str, out: str, batch_size: int | None,
-                      log_dir: str, grace: float) -> int:  # fmt: skip
+                      log_dir: str, grace: float, local: HostRun | None = None) -> int:  # fmt: skip
     """Evaluates ``model`` on ``list_path`` over the workers of the plan in ``plan_path``; rank 0 writes ``out``.
-    The launcher's exit code."""
+    The launcher's exit code. ``local``: the hosts have their own disks: the model and the list go to the
+    evaluation's folder on every host, the workers read the staged videos, and rank 0's metrics.json comes home
+    checked against its sha256."""
     plan = Plan.read(plan_path)
     if not any(r.role == "worker" for r in plan.roles) or plan.num_workers < 1:
         raise ClipflowError(f"cluster plan {plan_path} has no workers to evaluate on; rerun the cluster stage")
@@ -30,5 +32,30 @@ def launch_evaluation(plan_path: str, model: str, list_path: str, root: str, out
     check_inputs(model, list_path, root, batch_size, out)  # once here, rather than in every worker
     paths = (Path(p).absolute() for p in (model, list_path, root, out))  # as every host of the plan names them
     job = EvalJob(plan, *paths, batch_size)
+    if local is not None:
+        return evaluate_on_own_disks(job, local, log_dir, grace)
     command = job_command("evaluate", job.write(log_dir).absolute())
     return launch_workers(plan, command, "ddp", log_dir, grace, host_logs=False)
+
+
+def evaluate_on_own_disks(job: EvalJob, local: HostRun, log_dir: str, grace: float) -> int:
+    """The evaluation on hosts with their own disks, in ``<run folder>/evaluate`` there."""
+    from clipflow.collect.transfer import fetch_checked
+    from clipflow.train.host_run import open_remote, push_job_files, rank0_host, role_hosts
+
+    local.staged.check_hosts(role_hosts(job.plan), "evaluate launch")
+    folder = f"{local.folder}/evaluate"
+    remote = job.on_host(folder, local.staged.root())
+    job_file = remote.write(log_dir)
+    push_job_files(job.plan, lambda host: {f"{folder}/{JOB_FILE}": job_file, str(remote.model): job.model,
+                                           str(remote.list): job.list})  # fmt: skip
+    command = job_command("evaluate", f"{folder}/{JOB_FILE}")
+    code = launch_workers(job.plan, command, "ddp", log_dir, grace, host_logs=False, workdir=local.folder)
+    if code == 0:
+        where = open_remote(job.plan, rank0_host(job.plan))
+        try:
+            fetch_checked(where, str(remote.out), job.out)
+        finally:
+            where.close()
+        print(f"clipflow: metrics.json came home from {where.host}: {job.out}")
+    return code

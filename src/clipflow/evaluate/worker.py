@@ -14,7 +14,7 @@ from clipflow.train.worker import bootstrap
 
 def run_eval_worker(job_path: str | Path, rank: int) -> int:
     """Worker ``rank`` of the evaluation in ``job_path``; rank 0 prints the summary. The exit status."""
-    job = EvalJob.read(job_path)
+    job = EvalJob.read(Path(job_path).expanduser()).expanded()  # a host's own folder may be named from ~
     job.check_rank(rank)
     device = bootstrap()
 

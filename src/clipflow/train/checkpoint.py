@@ -12,6 +12,8 @@ sha256 recorded beside it (``<file>.sha256``), which collection checks its copie
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 from pathlib import Path
@@ -32,7 +34,26 @@ def order_points(names: list[str]) -> list[Point]:
     """The (epoch, iteration) of every checkpoint name among ``names``, oldest first: inside epoch e comes after
     e - 1's end."""
     found = [(int(m.group(1)), int(m.group(2) or 0)) for name in names if (m := NAME.match(name))]
-    return sorted(found, key=lambda point: (point[0] - 1, point[1]) if point[1] else (point[0], 0))
+    return sorted(found, key=point_order)
+
+
+def point_order(point: Point) -> tuple[int, int]:
+    """What sorts checkpoints oldest first: a checkpoint inside epoch e comes after e - 1's end."""
+    return (point[0] - 1, point[1]) if point[1] else (point[0], 0)
+
+
+def fingerprint(recipe: dict, num_workers: int, seed: int, backend: dict, shard: Path) -> str:
+    """Settings a checkpoint is valid for: resuming under others would mix two trainings."""
+    settings = {"recipe": recipe, "workers": num_workers, "seed": seed, **backend}
+    blob = json.dumps(settings, sort_keys=True)
+    digest = hashlib.sha256(blob.encode())
+    digest.update(shard.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def run_folder_name(job) -> str:
+    """The folder of ``job``'s checkpoints under its checkpoint root: rank 0's fingerprint (its list is worker 0's)."""
+    return fingerprint(job.recipe, job.plan.num_workers, job.seed, job.identity(), job.paths.shard(0).expanduser())
 
 
 def checkpoint_name(epoch: int, iteration: int = 0) -> str:

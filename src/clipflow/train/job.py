@@ -71,6 +71,23 @@ class TrainPaths:
     def to_dict(self) -> dict[str, str | None]:
         return {name: None if value is None else str(value) for name, value in vars(self).items()}
 
+    def expanded(self) -> TrainPaths:
+        """The paths with a leading ``~`` made this host's home (a job for hosts with their own disks names its
+        folder there so: :func:`clipflow.train.host_run.host_paths`)."""
+        return TrainPaths(**{name: None if value is None else value.expanduser() for name, value in vars(self).items()})
+
+    def on_host(self, folder: str, root: str) -> TrainPaths:
+        """Where the run reads and writes on a host with its own disk: everything under the run's ``folder`` there
+        (``<cluster.job_dir>/<run>``), the videos in the staged data ``root``."""
+
+        def under(*parts: str) -> Path:
+            return Path(folder, *parts)
+
+        return TrainPaths(splits_dir=under("splits"), root=Path(root), checkpoint_root=under("checkpoints"),
+                          model_out=under("train", "model_final.pt"), metrics_out=under("train", "metrics.jsonl"),
+                          val_list=under("val.lst") if self.val_list else None,
+                          tensorboard=under("tensorboard") if self.tensorboard else None)  # fmt: skip
+
     @classmethod
     def from_dict(cls, data: dict[str, str | None]) -> TrainPaths:
         return cls(**{name: None if value is None else Path(value) for name, value in data.items()})

@@ -10,15 +10,17 @@ servers and workers running the program with the DMLC_* variables set.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from clipflow.cluster.hostsfile import Host
 from clipflow.cluster.plan import Plan, Role, check_ports, check_security, make_plan, ssh_fields
 from clipflow.cluster.ssh import SshSettings
+from clipflow.cluster.staged import Staged, read_staged
 from clipflow.cluster.sync import sync_host
 from clipflow.data.listfile import read_list
 from clipflow.errors import ClipflowError
@@ -31,27 +33,30 @@ from clipflow.train.roles import role_commands
 Command = Callable[[Role], Sequence[str]]  # a worker's clipflow arguments
 
 
-def worker_commands(plan: Plan, command: Command, backend: str, log_dir: str, host_logs: bool) -> list[RoleCommand]:
+def worker_commands(plan: Plan, command: Command, backend: str, log_dir: str, host_logs: bool,
+                    workdir: str = "") -> list[RoleCommand]:  # fmt: skip
     """What runs where: ``python -m clipflow`` with each worker's ``command`` on the plan's workers (with backend
     ps also its scheduler and servers). ``host_logs``: each role also keeps its log on its own host, for
-    collection."""
+    collection. ``workdir``: the roles' working folder on ssh hosts (default: the plan's)."""
     python = plan.python or sys.executable
 
     def argv(role: Role) -> list[str]:
         return [python, "-m", "clipflow", *command(role)]
 
-    return role_commands(plan, argv, backend=backend, log_dir=log_dir if host_logs else "")
+    return role_commands(plan, argv, backend=backend, log_dir=log_dir if host_logs else "", workdir=workdir)
 
 
-def launch_workers(plan: Plan, command: Command, backend: str, log_dir: str, grace: float, host_logs: bool) -> int:
+def launch_workers(plan: Plan, command: Command, backend: str, log_dir: str, grace: float, host_logs: bool,
+                   workdir: str = "") -> int:  # fmt: skip
     """Runs :func:`worker_commands` until the first failure; the launcher's exit code."""
     if backend == "ps":
         check_security(plan)
     check_ports(plan)
-    return Launcher(worker_commands(plan, command, backend, log_dir, host_logs), log_dir, grace_s=grace).run()
+    commands = worker_commands(plan, command, backend, log_dir, host_logs, workdir)
+    return Launcher(commands, log_dir, grace_s=grace).run()
 
 
-def job_command(group: str, job_file: Path) -> Command:
+def job_command(group: str, job_file: Path | str) -> Command:
     """The command line of a worker of ``group`` (train, evaluate): its job file and its rank."""
     return lambda role: [group, "worker", "--job", str(job_file), "--rank", str(role.rank)]
 
@@ -70,10 +75,12 @@ def check_outputs(job: TrainJob, log_dir: str, *, job_given: bool = False) -> No
         check_output_dir(job.paths.tensorboard, "--tensorboard")
 
 
-def launch_training(job: TrainJob, log_dir: str, grace: float, source: Path | None = None) -> int:
+def launch_training(job: TrainJob, log_dir: str, grace: float, source: Path | None = None,
+                    local: HostRun | None = None) -> int:  # fmt: skip
     """Writes ``job`` beside its checkpoints and runs its workers from that file; the launcher's exit code.
     ``source``: the file the job was read from (--job); when it is that very file (a user may have edited it),
-    the workers start from it as it is, never from a rewritten copy."""
+    the workers start from it as it is, never from a rewritten copy. ``local``: the hosts have their own disks
+    (:func:`launch_on_own_disks`)."""
     if job.paths.val_list is not None:
         read_list(job.paths.val_list)  # a missing or broken val list, named before anything starts
     job_given = source is not None and source.resolve() == job.file.resolve()
@@ -82,8 +89,62 @@ def launch_training(job: TrainJob, log_dir: str, grace: float, source: Path | No
         shards = [job.paths.shard(rank) for rank in range(job.plan.num_workers)]
         lists = [path for path in [*shards, job.paths.val_list] if path is not None and path.is_file()]
         check_span_in_lists(job.recipe, lists, "the recipe")
+    if local is not None:
+        return launch_on_own_disks(job, local, log_dir, grace)
     job_file = job.file if job_given else job.write()
     return launch_workers(job.plan, job_command("train", job_file), job.backend, log_dir, grace, host_logs=True)
+
+
+@dataclass(frozen=True)
+class HostRun:
+    """Where a run lives on hosts with their own disks: its ``folder`` on every host (``<cluster.job_dir>/<run>``,
+    maybe ``~/``-relative) and the staged data (:class:`clipflow.cluster.staged.Staged`)."""
+
+    folder: str
+    staged: Staged
+
+    @classmethod
+    def of(cls, staged_file: str, folder: str) -> HostRun | None:
+        """From `train launch`'s --staged and --host-dir: None with shared storage (or no --staged)."""
+        if not staged_file:
+            return None
+        staged = read_staged(staged_file)
+        if not staged.local:
+            return None
+        if not folder:
+            raise ClipflowError(f"{staged_file} says storage local: give --host-dir, the run's folder on the hosts")
+        return cls(folder, staged)
+
+
+def launch_on_own_disks(job: TrainJob, local: HostRun, log_dir: str, grace: float) -> int:
+    """Training on hosts with their own disks: the job as the hosts run it (:meth:`TrainPaths.on_host`) written
+    here beside the checkpoints and put with the lists in the run's folder on every host, the newest checkpoint
+    placed on rank 0's host, the roles started there; then the outputs come home (or, after a failure, a copy of
+    the newest checkpoint)."""
+    from clipflow.train import host_run
+
+    plan = job.plan
+    local.staged.check_hosts(host_run.role_hosts(plan), "train launch")
+    remote = replace(job, paths=job.paths.on_host(local.folder, local.staged.root()))
+    job_file = job.made().write_text(JOB_FILE, json.dumps(remote.to_dict(), indent=2) + "\n")
+
+    def files(host: str) -> dict[str, Path]:
+        ranks = [r.rank for r in plan.roles if r.role == "worker" and r.host == host]
+        wanted = {f"{local.folder}/{JOB_FILE}": job_file}
+        wanted.update({str(remote.paths.shard(rank)): job.paths.shard(rank) for rank in ranks})
+        if job.paths.val_list is not None and remote.paths.val_list is not None:
+            wanted[str(remote.paths.val_list)] = job.paths.val_list
+        return wanted
+
+    host_run.push_job_files(plan, files)
+    host_run.place_newest_checkpoint(job, remote)
+    command = job_command("train", f"{local.folder}/{JOB_FILE}")
+    code = launch_workers(plan, command, job.backend, log_dir, grace, host_logs=True, workdir=local.folder)
+    if code == 0:
+        host_run.fetch_outputs(job, remote)
+    else:
+        host_run.keep_home_copy(job, remote)
+    return code
 
 
 @dataclass(frozen=True)

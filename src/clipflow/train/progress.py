@@ -82,4 +82,11 @@ class TensorBoardScalars:
         self.writer.flush()
 
     def close(self) -> None:
+        """Closes the event file, then records the checksum of every event file here (an interrupted run's too:
+        nothing writes them any more), so that a copy (collect) is checked."""
+        from clipflow.checksums import SUFFIX, record_checksum
+
         self.writer.close()
+        for events in Path(self.writer.get_logdir()).glob("events.out.tfevents.*"):
+            if not events.name.endswith(SUFFIX):
+                record_checksum(events)

@@ -72,12 +72,15 @@ def role_commands(
     extra_env: Mapping[str, str] | None = None,
     backend: str = "ps",
     log_dir: str = "",
+    workdir: str = "",
 ) -> list[RoleCommand]:
     """Workers run ``worker_argv`` (a full command line, or the function giving a worker's); with ``backend``
     ps the scheduler and servers run `clipflow ps role`, with ddp there are none.
 
     ``extra_env`` (the launcher's ``--env K=V``) is added to every role's environment. With ``log_dir``
     (the launcher's), each role keeps its own log on its host (:func:`clipflow.host_log.host_log_path`).
+    ``workdir``: the roles' working folder on ssh hosts instead of the plan's (a run's own folder on hosts with
+    their own disks).
     """
     python = plan.python or sys.executable
     per_host: dict[str, int] = {}
@@ -97,17 +100,19 @@ def role_commands(
         if r.role == "worker":
             env["LOCAL_RANK"] = str(local_rank[r.rank])  # its GPU, when the host has GPUs
             env[NAMES["workers_on_host"]] = str(per_host[r.host])  # the worker divides its host's cores
+            if os.environ.get(NAMES["fault_kill"]):  # the tests' fault injection reaches workers on other hosts too
+                env[NAMES["fault_kill"]] = os.environ[NAMES["fault_kill"]]
             argv = list(worker_argv(r) if callable(worker_argv) else worker_argv)
         else:
             argv = [python, "-m", "clipflow", "ps", "role"]
-        commands.append(_wrap(plan, r, argv, env, python))
+        commands.append(_wrap(plan, r, argv, env, python, workdir))
     return commands
 
 
-def _wrap(plan: Plan, role: Role, argv: list[str], env: dict[str, str], python: str) -> RoleCommand:
+def _wrap(plan: Plan, role: Role, argv: list[str], env: dict[str, str], python: str, workdir: str) -> RoleCommand:
     if plan.launcher == "ssh":
         settings = plan.ssh_settings()
-        workdir = _remote_dir(plan.workdir or os.getcwd())
+        workdir = _remote_dir(workdir or plan.workdir or os.getcwd())
         remote = f"cd {workdir} && exec {shlex.quote(python)} -m clipflow.cluster.remote_exec"
         host = parse_host(role.host, f"the plan's host of {role.role} {role.rank}")
         return RoleCommand(role, ssh_argv(host, settings, remote), {}, stdin=request_line(argv, env, None))

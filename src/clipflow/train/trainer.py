@@ -11,11 +11,9 @@ update the weights with the same optimizer code (SGD or Adam) on the same bucket
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,9 +25,8 @@ from clipflow.data.build import build_dataset
 from clipflow.data.loader import make_loader
 from clipflow.data.splits import EpochSampler
 from clipflow.errors import ClipflowError
-from clipflow.files import write_text_atomic
 from clipflow.models import build_model, is_image_model
-from clipflow.train.checkpoint import RUN_FACTS, CheckpointStore, atomic_save
+from clipflow.train.checkpoint import RUN_FACTS, CheckpointStore, atomic_save, fingerprint
 from clipflow.train.comm import DDPComm, PSComm
 from clipflow.train.faults import FaultInjector
 from clipflow.train.job import TrainJob
@@ -38,15 +35,6 @@ from clipflow.train.schedule import Schedule, scaled_lr
 from clipflow.train.step import StepOptions
 from clipflow.train.totals import FIELDS, WORDS, Totals, checkpoint_record, from_checkpoint, gather, words_of
 from clipflow.train.validate import ValShard
-
-
-def fingerprint(recipe: dict, num_workers: int, seed: int, backend: dict, shard: Path) -> str:
-    """Settings a checkpoint is valid for: resuming under others would mix two trainings."""
-    settings = {"recipe": recipe, "workers": num_workers, "seed": seed, **backend}
-    blob = json.dumps(settings, sort_keys=True)
-    digest = hashlib.sha256(blob.encode())
-    digest.update(shard.read_bytes())
-    return digest.hexdigest()[:16]
 
 
 def no_decay_mults(model: torch.nn.Module) -> dict[str, float]:
@@ -130,7 +118,7 @@ class Trainer:
         if self.rank == 0:
             facts = {"recipe": recipe["name"], "epochs": self.epochs, "iters_per_epoch": self.iters_per_epoch,
                      "workers": self.num_workers, "global_batch": global_batch, "backend": comm.backend}  # fmt: skip
-            write_text_atomic(self.store.folder / RUN_FACTS, json.dumps(facts) + "\n")  # for `clipflow status`
+            write_text_with_checksum(self.store.folder / RUN_FACTS, json.dumps(facts) + "\n")  # `clipflow status`
             log(
                 f"linear scaling rule: lr = base_lr {t['base_lr']} x global batch {global_batch} "
                 f"({self.num_workers} workers x {self.batch_size}) / base_batch {t['base_batch']} = {self.lr:g}"
@@ -286,7 +274,7 @@ class Trainer:
                 if ln.strip() and json.loads(ln)["epoch"] <= resumed_epoch
             ]
         lines.append(json.dumps(record))
-        write_text_atomic(self.history_path, "\n".join(lines) + "\n")
+        write_text_with_checksum(self.history_path, "\n".join(lines) + "\n")
 
     def run(self) -> None:
         start_epoch, step, resume_iteration = self._resume_state()
@@ -306,7 +294,7 @@ class Trainer:
                     self.paths.model_out,
                 )
                 self.paths.metrics_out.parent.mkdir(parents=True, exist_ok=True)
-                self.paths.metrics_out.write_text(self.history_path.read_text())
+                write_text_with_checksum(self.paths.metrics_out, self.history_path.read_text())
                 self.log(f"final model {self.paths.model_out}")
         finally:
             if self.board:

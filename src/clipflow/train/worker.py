@@ -38,7 +38,8 @@ def set_torch_threads() -> int:
 
 def run_worker(job_path: str | Path, rank: int) -> int:
     """Trains worker ``rank``'s share of the job in ``job_path``; the process's exit status."""
-    job = TrainJob.read(job_path)
+    job = TrainJob.read(Path(job_path).expanduser())
+    job = dataclasses.replace(job, paths=job.paths.expanded())  # a host's own folder may be named from ~
     job.check_rank(rank)
     device = bootstrap()
     from clipflow.train.trainer import Trainer  # here: evaluate workers bootstrap from this module too

@@ -1,0 +1,158 @@
+"""A run on hosts with their own disks (``cluster.storage: local``): what goes to them before the roles start
+and what comes home after.
+
+Every host keeps the run in its own folder, ``<cluster.job_dir>/<run>`` (the roles' working folder there): the
+job file, its workers' lists, the val list, and on rank 0's host the checkpoints, history, best model,
+TensorBoard files and final model. Before a start the launcher puts the small files there
+(:func:`push_job_files`) and makes sure the newest valid checkpoint of the run, wherever it is (on any host of
+the plan, or the copy at home), is on the host that runs rank 0 now (:func:`place_newest_checkpoint`): a plan
+whose first host changed still resumes. After a run, rank 0's final model and history come home checked against
+their sha256 (:func:`fetch_outputs`); after a failure, its newest checkpoint does (:func:`keep_home_copy`), so a
+host lost later loses nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from clipflow.checksums import SUFFIX
+from clipflow.cluster.plan import Plan
+from clipflow.collect.hostfiles import LocalFiles, SftpFiles, open_host
+from clipflow.collect.transfer import fetch_checked, push_checked
+from clipflow.errors import ClipflowError
+from clipflow.train.checkpoint import RUN_FACTS, checkpoint_name, order_points, point_order, run_folder_name
+from clipflow.train.job import TrainJob
+
+RUN_FILES = ("metrics.jsonl", RUN_FACTS, "best.pt", "best.json")  # beside the checkpoints, carried with them
+
+
+def rank0_host(plan: Plan) -> str:
+    return next(r.host for r in plan.roles if r.role == "worker" and r.rank == 0)
+
+
+def role_hosts(plan: Plan) -> list[str]:
+    """The hosts that run a role of the plan, in the plan's order."""
+    return list(dict.fromkeys(r.host for r in plan.roles))
+
+
+def push_job_files(plan: Plan, files: Callable[[str], dict[str, Path]], log=print) -> None:
+    """On every host of ``plan``, ``files(host)`` (remote path -> local file) put there, each checked."""
+    for host in role_hosts(plan):
+        where = open_remote(plan, host)
+        try:
+            for remote, local in files(host).items():
+                push_checked(where, local, remote)
+        except OSError as exc:
+            raise ClipflowError(f"{host}: cannot write the run's files there ({exc.strerror or exc})") from None
+        finally:
+            where.close()
+        log(f"clipflow: {host}: the job's files are there")
+
+
+def open_remote(plan: Plan, host: str) -> SftpFiles:
+    where = open_host(plan, host)
+    if not isinstance(where, SftpFiles):
+        where.close()
+        raise ClipflowError("storage local is for hosts with their own disks, reached over ssh (cluster.launcher ssh)")
+    return where
+
+
+def newest_point(where: SftpFiles | LocalFiles, folder: str) -> tuple[int, int] | None:
+    points = order_points(where.names(folder))
+    return points[-1] if points else None
+
+
+def carry_run(source: SftpFiles | LocalFiles, folder: str, point: tuple[int, int], home: Path) -> None:
+    """The checkpoint ``point`` and the run's files beside it, from ``source``'s ``folder`` into ``home``, each
+    checked against its sha256."""
+    fetch_checked(source, f"{folder}/{checkpoint_name(*point)}", home / checkpoint_name(*point))
+    names = source.names(folder)
+    for name in RUN_FILES:
+        if name in names and name + SUFFIX in names:
+            fetch_checked(source, f"{folder}/{name}", home / name)
+
+
+def place_newest_checkpoint(home_job: TrainJob, host_job: TrainJob, log=print) -> None:
+    """The newest checkpoint of the run on any host of the plan or at home, valid (its sha256 checked on the way),
+    put on the host of rank 0 with the run's files beside it, unless that host holds it already."""
+    plan = home_job.plan
+    run = run_folder_name(home_job)
+    home = home_job.paths.checkpoint_root / run
+    remote = f"{host_job.paths.checkpoint_root}/{run}"
+    target = rank0_host(plan)
+    found: list[tuple[tuple[int, int], str]] = []
+    for host in role_hosts(plan):
+        try:
+            where = open_remote(plan, host)
+        except ClipflowError as exc:
+            log(f"clipflow: resume: cannot look for checkpoints on {host} ({exc})")
+            continue
+        try:
+            point = newest_point(where, remote)
+        finally:
+            where.close()
+        if point is not None:
+            found.append((point, host))
+    at_home = newest_point(LocalFiles("home", Path.cwd()), str(home))
+    if at_home is not None:
+        found.append((at_home, "home"))
+    if not found:
+        log(f"clipflow: resume: no checkpoint of this run on any host nor at home ({home}): a fresh start")
+        return
+    found.sort(key=lambda item: (point_order(item[0]), item[1] == target))  # rank 0's own copy wins a tie
+    for point, where_from in reversed(found):
+        name = checkpoint_name(*point)
+        if where_from == target:
+            log(f"clipflow: resume: the newest checkpoint, {name}, is on rank 0's host {target}")
+            return
+        try:
+            if where_from != "home":
+                source = open_remote(plan, where_from)
+                try:
+                    carry_run(source, remote, point, home)
+                finally:
+                    source.close()
+            destination = open_remote(plan, target)
+            try:
+                for local in [home / name, *(home / f for f in RUN_FILES if (home / f).exists())]:
+                    push_checked(destination, local, f"{remote}/{local.name}")
+            finally:
+                destination.close()
+        except ClipflowError as exc:
+            log(f"clipflow: resume: {name} from {where_from} cannot be used ({exc}); trying an older one")
+            continue
+        log(f"clipflow: resume: the newest checkpoint, {name}, was on {where_from}; placed on rank 0's host {target}")
+        return
+
+
+def fetch_outputs(home_job: TrainJob, host_job: TrainJob, log=print) -> None:
+    """Rank 0's final model and history, from its host to the paths the workflow declared, checked."""
+    where = open_remote(home_job.plan, rank0_host(home_job.plan))
+    try:
+        fetch_checked(where, str(host_job.paths.model_out), home_job.paths.model_out)
+        fetch_checked(where, str(host_job.paths.metrics_out), home_job.paths.metrics_out)
+    finally:
+        where.close()
+    log(f"clipflow: the final model and history came home from {where.host}: {home_job.paths.model_out}")
+
+
+def keep_home_copy(home_job: TrainJob, host_job: TrainJob, log=print) -> None:
+    """After a failure: rank 0's newest checkpoint and the run's files, home (best effort: said, never raised)."""
+    run = run_folder_name(home_job)
+    remote = f"{host_job.paths.checkpoint_root}/{run}"
+    try:
+        where = open_remote(home_job.plan, rank0_host(home_job.plan))
+    except ClipflowError as exc:
+        log(f"clipflow: no copy of the newest checkpoint made at home ({exc})")
+        return
+    try:
+        point = newest_point(where, remote)
+        if point is not None:
+            carry_run(where, remote, point, home_job.paths.checkpoint_root / run)
+            log(f"clipflow: a copy of {checkpoint_name(*point)} from {where.host} is kept at home in "
+                f"{home_job.paths.checkpoint_root / run}")  # fmt: skip
+    except (ClipflowError, OSError) as exc:
+        log(f"clipflow: no copy of the newest checkpoint made at home ({exc})")
+    finally:
+        where.close()
