@@ -33,7 +33,7 @@ def test_scan_counts_frames_and_keeps_good_videos(tiny_videos, tmp_path):
     assert all(r.error is None for r in results)
     assert all(24 <= r.num_frames <= 40 for r in results)
     assert {(r.width, r.height) for r in results} == {(84, 64)}
-    manifest = write_index({"train": results}, tmp_path, CLASSES)
+    manifest = write_index({"train": results}, tmp_path, CLASSES, tiny_videos)
     entries = read_list(tmp_path / "train.lst")
     assert [e.num_frames for e in entries] == [r.num_frames for r in results]
     assert manifest["splits"]["train"]["videos"] == 16 and manifest["failures"] == []
@@ -62,7 +62,7 @@ def test_scan_lists_each_broken_video_with_its_reason(tiny_videos, tmp_path):
         )
     )
     results = scan(read_list(lst, 8), root, workers=2)
-    manifest = write_index({"train": results}, tmp_path / "index", None)
+    manifest = write_index({"train": results}, tmp_path / "index", None, root)
     reasons = {f["path"]: f["error"] for f in manifest["failures"]}
     assert manifest["splits"]["train"]["videos"] == 2
     assert "not found" in reasons["missing.mp4"]
@@ -109,7 +109,7 @@ def test_dataset_names_a_missing_video(tiny_videos, tmp_path):
 
 def test_clip_shapes_and_determinism(tiny_videos, tmp_path):
     results = scan(read_list(tiny_videos / "train_labels.txt"), tiny_videos, workers=1)
-    write_index({"train": results}, tmp_path, None)
+    write_index({"train": results}, tmp_path, None, tiny_videos)
     spec = ClipSpec(new_length=16, new_step=1, fast_temporal_stride=2, slow_temporal_stride=8)
     ds = SlowFastClips(tmp_path / "train.lst", tiny_videos, spec, TransformSpec(32, (1.0, 0.875)), 42, 32, "train")
     slow, fast, label = ds[3]

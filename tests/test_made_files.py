@@ -54,7 +54,7 @@ def check_the_three_cases(tmp_path: Path, run: Callable[[Path], object], name: s
     assert listing(tmp_path) == before
 
 
-@pytest.mark.parametrize("name", ["train.lst", "val.lst", "manifest.json", "train.scan.jsonl"])
+@pytest.mark.parametrize("name", ["train.lst", "val.lst", "manifest.json", "videos.json", "train.scan.jsonl"])
 def test_scan_refuses_index_files_it_did_not_write(videos, tmp_path, name):
     def scan(out: Path):
         return clipflow("data", "scan", "--train-list", str(videos / "train_labels.txt"), "--val-list",

@@ -1,7 +1,8 @@
 # Stage 2, data: generate the synthetic set (embedded default), take the user's lists, or make
 # lists from Kinetics annotation CSVs; optionally re-encode every video (data.reencode); then
-# decode every video once with decord: list files with frame counts and a manifest. Image recipes
-# (CIFAR-10) index the python batches instead, the user's or generated ones.
+# decode every video once with decord: list files with frame counts, a manifest, and each kept
+# video's size, mtime and sha256 (videos.json). Image recipes (CIFAR-10) index the python
+# batches instead, the user's or generated ones (no videos.json).
 
 if SOURCE == "synthetic":
 
@@ -120,6 +121,7 @@ else:
             train=f"{INDEX}/train.lst",
             val=f"{INDEX}/val.lst",
             manifest=f"{INDEX}/manifest.json",
+            videos=f"{INDEX}/videos.json",
         params:
             root=data_root,
             out=folder_of("train"),

@@ -4,12 +4,16 @@ The scan keeps the videos that decode from first to last frame and lists every
 other one with its reason in the manifest, so one bad file never stops a data set.
 With a journal, each probed video's result is appended to a JSON-lines file as soon
 as it is known, so a scan that is killed resumes without decoding those videos again.
+Each kept video's size, modification time and sha256 go to ``videos.json`` beside the
+lists, so that a copy of the data elsewhere can be checked against what was scanned.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
+import re
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
@@ -18,15 +22,22 @@ from typing import IO
 
 from tqdm import tqdm
 
+from clipflow.checksums import sha256_of
 from clipflow.data.listfile import VideoEntry, list_text
 from clipflow.data.reader import VideoFileError, open_with_decord
 from clipflow.environment import read_env
 from clipflow.errors import ClipflowError
 from clipflow.files import append_record, check_output_dir, journal_lines
 from clipflow.made import Made
+from clipflow.textfile import json_kind, read_json_object
 
 DECODE_CHUNK = 32
-MEASURED = ("num_frames", "fps", "duration", "width", "height", "error")  # what a journal line keeps of a probe
+NOT_IN_FAILURES = ("from_journal", "size", "mtime_ns", "sha256")  # a failure in the manifest: where and why
+MEASURED = ("num_frames", "fps", "duration", "width", "height", "error", "sha256")  # what a journal line keeps
+VIDEOS = "videos.json"  # the kept videos' size, mtime_ns and sha256, beside the lists
+VIDEOS_VERSION = 1
+RERUN = "rerun the data stage (snakemake --forcerun data_scan)"
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 Stamp = tuple[int, int] | None  # (size, mtime_ns) of a video file; None when it cannot be stat'ed
 
@@ -42,6 +53,9 @@ class ScanResult:
     width: int = 0
     height: int = 0
     error: str | None = None
+    size: int = 0  # bytes, and mtime_ns, of the file as stat'ed before decoding (0 when it could not be)
+    mtime_ns: int = 0
+    sha256: str | None = None  # of the file's bytes; None when it failed
     from_journal: bool = field(default=False, compare=False)  # taken from the journal instead of decoded
 
 
@@ -71,10 +85,12 @@ def _decoding_failed(start: int, total: int, listed: int) -> str:
 
 
 def _probe_entry(entry: VideoEntry, root: str) -> ScanResult:
-    """Decodes one video (in a worker process); a broken video becomes a result with its reason."""
+    """Decodes and hashes one video (in a worker process); a broken video becomes a result with its reason."""
     result = ScanResult(entry.path, entry.label, entry.line)
     try:
-        result.num_frames, result.fps, result.width, result.height = probe(entry.resolve(root))
+        path = entry.resolve(root)
+        result.num_frames, result.fps, result.width, result.height = probe(path)
+        result.sha256 = sha256_of(path)
     except (OSError, ValueError) as exc:
         result.error = str(exc)
     result.duration = result.num_frames / result.fps if result.fps > 0 else 0.0
@@ -99,13 +115,19 @@ def _read_journal(journal: Path) -> dict[tuple, dict]:
 
     A last line without its newline was torn by a killed scan: it is ignored and cut
     off, so that the next append starts on a line of its own. Any other unreadable
-    line is an error, since the journal was then damaged some other way.
+    line is an error, since the journal was then damaged some other way. A line of an
+    earlier clipflow, which kept no sha256, counts as not probed: that video is decoded
+    and hashed again.
     """
     known: dict[tuple, dict] = {}
     for number, record in journal_lines(journal):
         try:
             stamp = None if record["size"] is None else (record["size"], record["mtime_ns"])
-            known[_journal_key(record["path"], record["label"], stamp)] = {k: record[k] for k in MEASURED}
+            key = _journal_key(record["path"], record["label"], stamp)
+            if "sha256" not in record:
+                known.pop(key, None)
+                continue
+            known[key] = {k: record[k] for k in MEASURED}
         except (KeyError, TypeError):
             raise ClipflowError(
                 f"{journal} line {number}: not a scan journal record; delete the journal to scan from the start"
@@ -156,7 +178,7 @@ def scan(
         stamp = _file_stamp(e.resolve(root))
         measured = known.get(_journal_key(e.path, e.label, stamp))
         if measured is not None:
-            results[i] = ScanResult(e.path, e.label, e.line, **measured, from_journal=True)
+            results[i] = _stamped(ScanResult(e.path, e.label, e.line, **measured, from_journal=True), stamp)
         else:
             todo.append((i, e, stamp))
     disable = read_env().no_progress
@@ -166,19 +188,31 @@ def scan(
             as_completed(pending), total=len(entries), initial=len(entries) - len(todo), desc=desc, disable=disable
         ):
             i, stamp = pending[future]
-            results[i] = future.result()
+            results[i] = _stamped(future.result(), stamp)
             if log is not None:
                 _append_journal(log, results[i], stamp)
     return results
 
 
-def write_index(splits: dict[str, list[ScanResult]], out_dir: str | Path, classes: list[str] | None) -> dict:
-    """Writes `{split}.lst` of the good videos and `manifest.json` (counts, classes, failures), recorded as
-    clipflow's (:mod:`clipflow.made`)."""
+def _stamped(result: ScanResult, stamp: Stamp) -> ScanResult:
+    """``result`` with the size and mtime_ns of ``stamp`` (taken before the video was decoded)."""
+    if stamp is not None:
+        result.size, result.mtime_ns = stamp
+    return result
+
+
+def write_index(
+    splits: dict[str, list[ScanResult]], out_dir: str | Path, classes: list[str] | None, root: str | Path
+) -> dict:
+    """Writes `{split}.lst` of the good videos, `manifest.json` (counts, classes, failures) and `videos.json`
+    (size, mtime_ns and sha256 of every good video of every split, by its path in the lists, and the data root
+    they are under), recorded as clipflow's (:mod:`clipflow.made`)."""
     made = Made(out_dir, "--out-dir")
     manifest: dict = {"splits": {}, "failures": [], "classes": classes}
+    files: dict[str, dict] = {}
     for split, results in splits.items():
         good = [r for r in results if r.error is None]
+        files.update({r.path: {"size": r.size, "mtime_ns": r.mtime_ns, "sha256": r.sha256} for r in good})
         made.write_text(f"{split}.lst", list_text([VideoEntry(r.path, r.label, r.num_frames, r.line) for r in good]))
         frames = [r.num_frames for r in good]
         manifest["splits"][split] = {
@@ -191,12 +225,57 @@ def write_index(splits: dict[str, list[ScanResult]], out_dir: str | Path, classe
             "sizes": sorted({f"{r.width}x{r.height}" for r in good}),
         }
         manifest["failures"] += [
-            {"split": split, **{k: v for k, v in asdict(r).items() if k != "from_journal"}}
+            {"split": split, **{k: v for k, v in asdict(r).items() if k not in NOT_IN_FAILURES}}
             for r in results
             if r.error is not None
         ]
     made.write_text("manifest.json", json.dumps(manifest, indent=2))
+    videos = {"version": VIDEOS_VERSION, "root": os.path.abspath(root), "files": files}
+    made.write_text(VIDEOS, json.dumps(videos, indent=1) + "\n")
     return manifest
+
+
+@dataclass(frozen=True)
+class VideoRecord:
+    """A kept video as the scan found it: its size in bytes, its mtime_ns and the sha256 of its bytes."""
+
+    size: int
+    mtime_ns: int
+    sha256: str
+
+
+def read_video_records(index_dir: str | Path) -> dict[str, VideoRecord]:
+    """The records of ``<index_dir>/videos.json`` by path as written in the lists; a missing or broken file is
+    a ClipflowError naming it and saying to rerun the data stage."""
+    path = Path(index_dir) / VIDEOS
+    expected = '{"version": 1, "root": ..., "files": {path: {"size", "mtime_ns", "sha256"}}} as data scan writes'
+    try:
+        data = read_json_object(path, "video records", expected)
+    except ClipflowError as exc:
+        raise ClipflowError(f"{exc}; {RERUN}") from None
+
+    def broken(what: str) -> ClipflowError:
+        return ClipflowError(f"video records {path}: {what}; {RERUN}")
+
+    if data.get("version") != VIDEOS_VERSION:
+        raise broken(f"version {data.get('version')!r} is not {VIDEOS_VERSION}")
+    if not isinstance(data.get("root"), str):
+        raise broken(f'"root" is {json_kind(data.get("root"))}, not the data root\'s path')
+    files = data.get("files")
+    if not isinstance(files, dict):
+        raise broken(f'"files" is {json_kind(files)}, not an object')
+    records = {}
+    for name, rec in files.items():
+        try:
+            size, mtime_ns, digest = rec["size"], rec["mtime_ns"], rec["sha256"]
+        except (KeyError, TypeError):
+            raise broken(f"{name!r} is not a record of size, mtime_ns and sha256") from None
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (size, mtime_ns)):
+            raise broken(f"{name!r} has a size or mtime_ns that is not a whole number")
+        if not isinstance(digest, str) or not SHA256.match(digest):
+            raise broken(f"{name!r} has a sha256 that is not 64 hex digits")
+        records[name] = VideoRecord(size, mtime_ns, digest)
+    return records
 
 
 def check_out_dir(out_dir: str | Path, lists: dict[str, str | Path]) -> None:
@@ -211,7 +290,9 @@ def check_out_dir(out_dir: str | Path, lists: dict[str, str | Path]) -> None:
                     f"--out-dir {out_dir}: the index {written} would replace the {split} list being scanned "
                     f"({path}); name another --out-dir (e.g. {out / 'index'}); nothing was changed"
                 )
-    Made(out, "--out-dir").check([*(f"{s}.lst" for s in lists), "manifest.json"], [journal_name(s) for s in lists])
+    Made(out, "--out-dir").check(
+        [*(f"{s}.lst" for s in lists), "manifest.json", VIDEOS], [journal_name(s) for s in lists]
+    )
 
 
 def journal_name(split: str) -> str:
@@ -229,10 +310,11 @@ def scan_lists(
     workers: int = 2,
     log=print,
 ) -> dict:
-    """Both lists scanned (each resumable from its journal in ``out_dir``), the index and manifest written
-    there; logs the counts and each video left out. Raises ClipflowError when a split keeps no video, when
-    the class index names more classes than the model has, or when a list's label is no class index (one of
-    num_classes or more, or a list numbered from 1: :func:`clipflow.data.listfile.check_labels`)."""
+    """Both lists scanned (each resumable from its journal in ``out_dir``), the index, the manifest and the
+    kept videos' records (``videos.json``) written there; logs the counts and each video left out. Raises
+    ClipflowError when a split keeps no video, when the class index names more classes than the model has, or
+    when a list's label is no class index (one of num_classes or more, or a list numbered from 1:
+    :func:`clipflow.data.listfile.check_labels`)."""
     from clipflow.data.kinetics import read_classes
     from clipflow.data.listfile import read_list
 
@@ -251,7 +333,7 @@ def scan_lists(
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         journal = Made(out_dir, "--out-dir").journal(journal_name(split))  # an interrupted scan resumes from it
         results[split] = scan(entries, root, workers=workers, desc=f"scan {split}", journal=journal)
-    manifest = write_index(results, out_dir, classes)
+    manifest = write_index(results, out_dir, classes, root)
     for split, info in manifest["splits"].items():
         log(f"{split}: {info['videos']} videos kept, {info['failed']} failed")
         if info["videos"] == 0:
