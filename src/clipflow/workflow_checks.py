@@ -20,6 +20,17 @@ def check_config_with_recipe(config: dict, recipe: dict, recipe_name: str) -> No
             )
         what = f"recipe {recipe_name}" + (" with overrides" if config["overrides"] else "")
         check_span(recipe, synthetic["max_frames"], "of the synthetic set (data.synthetic.max_frames)", what)
+    if cluster["storage"] == "local" and cluster["launcher"] != "ssh":
+        raise ClipflowError(
+            f"config: cluster.storage is local but cluster.launcher is {cluster['launcher']}: staging to hosts with "
+            "their own disks goes over ssh; use launcher ssh, or storage shared (or auto)"
+        )
+    if cluster["storage"] == "local" and recipe["data"]["kind"] != "video":
+        raise ClipflowError(
+            f"config: cluster.storage is local, but recipe {recipe_name} trains on {recipe['data']['kind']}s: only "
+            "videos are staged to hosts with their own disks; use storage shared (the data set on every host at the "
+            "same path)"
+        )
     if cluster["launcher"] == "ssh":
         from clipflow.cluster.hostsfile import hosts_from_config, read_hosts_file
         from clipflow.cluster.plan import check_reachable

@@ -45,7 +45,8 @@ rule cluster_keys:
         " --out {output:q} 2>&1 | tee {log:q}"
 
 
-# checks, among the rest, that the data root is there on every host: after the data stage has made it
+# checks, among the rest, that the data root is there on every host (after the data stage has made it) when the
+# storage is shared, and decides the storage (cluster.storage auto: a marker in results/<run>/cluster)
 rule cluster_check:
     input:
         plan=f"{RESULTS}/cluster/plan.json",
@@ -56,13 +57,15 @@ rule cluster_check:
     params:
         paths=lambda wildcards: " ".join(f"--path {shlex.quote(p)}" for p in [DATA_ROOT]),
         min_free=CLUSTER["min_free_gb"],
+        storage=STORAGE_SETTING,
+        marker=folder_of(0),
     log:
         f"{LOGS}/cluster_check.log",
     conda:
         "../../environment.yml"
     shell:
         "python -m clipflow cluster check --plan {input.plan:q} {params.paths} --min-free-gb {params.min_free}"
-        " --out {output:q} 2>&1 | tee {log:q}"
+        " --storage {params.storage} --marker-dir {params.marker:q} --out {output:q} 2>&1 | tee {log:q}"
 
 
 rule cluster_sync:

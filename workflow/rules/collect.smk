@@ -8,6 +8,7 @@ rule collect:
         model=rules.train.output.model,
         history=rules.train.output.history,
         plan=ancient(f"{RESULTS}/cluster/plan.json"),
+        staged=[ancient(path) for path in cluster_ready() if path == STAGED],
     output:
         manifest=f"{RESULTS}/collected/manifest.json",
     params:
@@ -15,6 +16,7 @@ rule collect:
         checkpoints=rules.train.params.checkpoints,
         backend=config["train"]["backend"],
         out=folder_of("manifest"),
+        staged=staged_args(),
     log:
         f"{LOGS}/collect.log",
     conda:
@@ -22,4 +24,4 @@ rule collect:
     shell:
         "python -m clipflow collect --plan {input.plan:q} --log-dir {params.logs:q}"
         " --checkpoint-root {params.checkpoints:q} --model {input.model:q} --backend {params.backend}"
-        " --out {params.out:q} 2>&1 | tee {log:q}"
+        " --out {params.out:q} {params.staged} 2>&1 | tee {log:q}"

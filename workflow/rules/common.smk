@@ -7,6 +7,7 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
+from clipflow.cluster.staged import staging_name
 from clipflow.errors import ClipflowError
 from clipflow.recipe import load_recipe, recipe_path
 from clipflow.workflow_checks import check_config_with_recipe
@@ -88,6 +89,12 @@ if TRAIN["backend"] == "ddp":
         )
 CLUSTER = config["cluster"]
 NUM_WORKERS = CLUSTER["num_workers"]
+# storage (cluster.storage): the ssh host checks decide; videos are staged to hosts with their own disks, images
+# (CIFAR-10) never are: their hosts must share the data (the check then insists on shared storage)
+STAGES_VIDEOS = RECIPE["data"]["kind"] == "video"
+STORAGE_SETTING = CLUSTER["storage"] if STAGES_VIDEOS else "shared"
+STAGED = f"{RESULTS}/cluster/staged.json"
+HOST_DIR = f"{CLUSTER['job_dir'].rstrip('/')}/{RUN}"  # the run's folder on each host with its own disk
 OVERRIDES = json.dumps(config["overrides"], sort_keys=True)
 
 
@@ -114,13 +121,24 @@ def ssh_args():
 
 
 def cluster_ready():
-    """What train waits for: the plan; with ssh also the host checks and, with sync_dst_dir, the sync."""
+    """What train waits for: the plan; with ssh also the host checks, with sync_dst_dir the sync, and for videos
+    the staging record (shared storage: nothing staged)."""
     ready = [f"{RESULTS}/cluster/plan.json"]
     if CLUSTER["launcher"] == "ssh":
         ready.append(f"{RESULTS}/cluster/checks.json")
         if CLUSTER["sync_dst_dir"]:
             ready.append(f"{RESULTS}/cluster/synced.txt")
+        if STAGES_VIDEOS:
+            ready.append(STAGED)
     return ready
+
+
+def staged_args():
+    """`--staged FILE --host-dir DIR` for the stages that run on the hosts (with shared storage the file says so
+    and they run as before); none without staging."""
+    if CLUSTER["launcher"] != "ssh" or not STAGES_VIDEOS:
+        return ""
+    return f"--staged {shlex.quote(STAGED)} --host-dir {shlex.quote(HOST_DIR)}"
 
 
 def final_outputs():

@@ -8,11 +8,13 @@ rule evaluate:
         model=rules.train.output.model,
         val=f"{INDEX}/val.lst",
         plan=ancient(f"{RESULTS}/cluster/plan.json"),
+        staged=[ancient(path) for path in cluster_ready() if path == STAGED],
     output:
         f"{RESULTS}/metrics.json",
     params:
         root=data_root,
         logs=f"{LOGS}/evaluate",
+        staged=staged_args(),
     log:
         f"{LOGS}/evaluate.log",
     benchmark:
@@ -21,7 +23,8 @@ rule evaluate:
         "../../environment.yml"
     shell:
         "python -m clipflow evaluate launch --plan {input.plan:q} --log-dir {params.logs:q}"
-        " --model {input.model:q} --list {input.val:q} --root {params.root:q} --out {output:q} 2>&1 | tee {log:q}"
+        " --model {input.model:q} --list {input.val:q} --root {params.root:q} --out {output:q} {params.staged}"
+        " 2>&1 | tee {log:q}"
 
 
 rule report:
@@ -31,6 +34,7 @@ rule report:
         manifest=f"{INDEX}/manifest.json",
         plan=ancient(f"{RESULTS}/cluster/plan.json"),
         checks=[ancient(path) for path in cluster_ready() if path.endswith("checks.json")],
+        staged=[ancient(path) for path in cluster_ready() if path == STAGED],
         collected=rules.collect.output.manifest,
     output:
         html=report(f"{RESULTS}/report/report.html", caption="../report/report.rst", category="Report"),
@@ -40,6 +44,7 @@ rule report:
     params:
         out=folder_of("html"),
         checks=lambda wildcards, input: f"--checks {shlex.quote(input.checks[0])}" if input.checks else "",
+        staged=lambda wildcards, input: f"--staged {shlex.quote(input.staged[0])}" if input.staged else "",
         run=RUN,
     log:
         f"{LOGS}/report.log",
@@ -47,6 +52,7 @@ rule report:
         "../../environment.yml"
     shell:
         "python -m clipflow report --metrics {input.metrics:q} --history {input.history:q}"
-        " --manifest {input.manifest:q} --plan {input.plan:q} {params.checks} --collected {input.collected:q}"
+        " --manifest {input.manifest:q} --plan {input.plan:q} {params.checks} {params.staged}"
+        " --collected {input.collected:q}"
         " --results results --run {params.run:q}"
         " --out-dir {params.out:q} > {log:q} 2>&1"

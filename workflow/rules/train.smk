@@ -26,6 +26,7 @@ rule train:
         splits=lambda wildcards, input: os.path.dirname(input.splits[0]),
         checkpoints=f"{RESULTS}/checkpoints",
         logs=f"{LOGS}/train",
+        staged=staged_args(),
     log:
         f"{LOGS}/train.log",
     benchmark:
@@ -39,4 +40,4 @@ rule train:
         " --metrics-out {output.history:q} --val-list {input.val:q} --backend {params.backend}"
         " --kvstore {params.kvstore} {params.on_servers}"
         " --compression {params.compression[type]} --compression-threshold {params.compression[threshold]}"
-        " --seed {params.seed} {params.tensorboard} 2>&1 | tee {log:q}"
+        " --seed {params.seed} {params.tensorboard} {params.staged} 2>&1 | tee {log:q}"

@@ -9,7 +9,9 @@ from pathlib import Path
 def cmd_report(a: argparse.Namespace) -> int:
     from clipflow.report.page import ReportInputs, write_report
 
-    optional = {name: Path(value) for name in ("checks", "results", "collected") if (value := getattr(a, name))}
+    optional = {
+        name: Path(value) for name in ("checks", "results", "collected", "staged") if (value := getattr(a, name))
+    }
     inputs = ReportInputs(Path(a.metrics), Path(a.history), Path(a.manifest), Path(a.plan), **optional)
     print(f"report: {write_report(inputs, a.out_dir, run=a.run)}")
     return 0
@@ -24,6 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--checks", default="", help="the host checks (cluster/checks.json), when the run had them")
     p.add_argument("--results", default="", help="the folder of all runs: a scaling figure from those of this recipe")
     p.add_argument("--collected", default="", help="collect's manifest.json: the files brought home")
+    p.add_argument("--staged", default="", help="the staging record (cluster/staged.json): bytes staged per host")
     p.add_argument("--run", default="", help="the run's name, for the title")
     p.add_argument("--out-dir", required=True)
     p.set_defaults(func=cmd_report)

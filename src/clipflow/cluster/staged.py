@@ -3,6 +3,8 @@ each host's copy of the data set is (``staged.json``, written by `clipflow clust
 
 from __future__ import annotations
 
+import hashlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +36,13 @@ class Staged:
         missing = [host for host in hosts if host not in self.roots]
         if missing:
             raise ClipflowError(f"{where}: no data staged on {', '.join(missing)} (the plan changed since?); {FIX}")
+
+
+def staging_name(data_dir: str, root: str) -> str:
+    """The staging folder of a data set on the hosts: the data folder's name and a digest of the videos' root
+    here, so that every run of the same data (any recipe) shares it and two data sets never do."""
+    digest = hashlib.sha256(os.path.abspath(root).encode()).hexdigest()[:8]
+    return f"{os.path.basename(os.path.normpath(data_dir)) or 'data'}-{digest}"
 
 
 def read_staged(path: str | Path) -> Staged:

@@ -41,6 +41,7 @@ class ReportInputs:
     checks: Path | None = None  # cluster/checks.json (ssh launcher)
     results: Path | None = None  # the folder of all runs, for the scaling figure
     collected: Path | None = None  # collect's manifest.json: the files brought home, checksums verified
+    staged: Path | None = None  # cluster/staged.json: the storage and the videos staged per host
 
 
 EXPECTED = {  # what each JSON input of the page is, for the message when it is not that
@@ -49,6 +50,7 @@ EXPECTED = {  # what each JSON input of the page is, for the message when it is 
     "cluster plan": "the JSON object clipflow cluster plan writes (plan.json)",
     "host checks": "the JSON object clipflow cluster check writes (checks.json)",
     "collection manifest": "the JSON object clipflow collect writes (collected/manifest.json)",
+    "staging record": "the JSON object clipflow cluster stage writes (cluster/staged.json)",
 }
 
 
@@ -171,6 +173,25 @@ def _cluster(plan: dict, checks: dict | None) -> str:
     return part
 
 
+def _storage(checks: dict | None, staged: dict | None) -> str:
+    """The storage the host checks decided, and with local storage the bytes staged per host against the data
+    set's total."""
+    decision = (checks or {}).get("storage")
+    if not decision:
+        return ""
+    part = "<h3>Storage</h3>" + pairs([("storage", f"{decision['mode']} ({decision['setting']})"),
+                                       ("why", decision.get("reason"))])  # fmt: skip
+    if staged and staged.get("storage") == "local":
+        total, files = staged.get("total_bytes") or 0, staged.get("total_files")
+        rows = [[host, h.get("root"), h.get("train_files"), h.get("val_files"), h.get("bytes"),
+                 f"{100 * (h.get('bytes') or 0) / total:.1f}%" if total else None, h.get("copied_bytes")]
+                for host, h in staged.get("hosts", {}).items()]  # fmt: skip
+        part += (f"<p>Each host holds only the videos its workers read; the data set is {total} bytes in {files} "
+                 "videos.</p>") + table(["host", "staged in", "train videos", "val videos", "bytes", "of the data set",
+                                         "copied this time"], rows)  # fmt: skip
+    return part
+
+
 def _collected(collected: dict | None) -> str:
     if not collected:
         return ""
@@ -241,6 +262,7 @@ def write_report(inputs: ReportInputs, out_dir: str | Path, run: str = "") -> Pa
     plan = _read_json(inputs.plan, "cluster plan")
     checks = _read_json(inputs.checks, "host checks") if inputs.checks else None
     collected = _read_json(inputs.collected, "collection manifest") if inputs.collected else None
+    staged = _read_json(inputs.staged, "staging record") if inputs.staged else None
     title = f"{TITLE}{run or metrics['recipe']}: {metrics['recipe']}"
     body = "".join([
         f"<h1>{html.escape(title)}</h1>",
@@ -250,6 +272,7 @@ def write_report(inputs: ReportInputs, out_dir: str | Path, run: str = "") -> Pa
         _throughput(history, out),
         _scaling(inputs.results, metrics["recipe"], history[-1].get("batch_size"), out),
         _cluster(plan, checks),
+        _storage(checks, staged),
         _collected(collected),
         _dataset(manifest),
     ])  # fmt: skip
