@@ -141,8 +141,9 @@ def _grace(env: Mapping[str, str], name: str) -> float:
 
 
 def _path(env: Mapping[str, str], name: str) -> Path | None:
+    """A path; a leading ``~`` is this host's home (a host with its own disk keeps the job's files there)."""
     value = optional_var(env, name)
-    return None if value is None else Path(value)
+    return None if value is None else Path(value).expanduser()
 
 
 VARIABLES = (

@@ -111,6 +111,9 @@ class SftpFiles:
     def size(self, path: str) -> int:
         return int(self.sftp.stat(self._path(path)).st_size or 0)
 
+    def chmod(self, path: str, mode: int) -> None:
+        self.sftp.chmod(self._path(path), mode)
+
     def remove(self, path: str) -> None:
         """``path`` removed there when it is there."""
         try:

@@ -47,8 +47,11 @@ def evaluate_on_own_disks(job: EvalJob, local: HostRun, log_dir: str, grace: flo
     folder = f"{local.folder}/evaluate"
     remote = job.on_host(folder, local.staged.root())
     job_file = remote.write(log_dir)
-    push_job_files(job.plan, lambda host: {f"{folder}/{JOB_FILE}": job_file, str(remote.model): job.model,
-                                           str(remote.list): job.list})  # fmt: skip
+    files = {f"{folder}/{JOB_FILE}": job_file, str(remote.model): job.model, str(remote.list): job.list}
+    for name in ("classes.txt", "manifest.json"):  # the class names beside the list (clipflow.evaluate.classes)
+        if (job.list.parent / name).is_file():
+            files[f"{folder}/{name}"] = job.list.parent / name
+    push_job_files(job.plan, lambda host: files)
     command = job_command("evaluate", f"{folder}/{JOB_FILE}")
     code = launch_workers(job.plan, command, "ddp", log_dir, grace, host_logs=False, workdir=local.folder)
     if code == 0:

@@ -37,17 +37,27 @@ def role_hosts(plan: Plan) -> list[str]:
 
 
 def push_job_files(plan: Plan, files: Callable[[str], dict[str, Path]], log=print) -> None:
-    """On every host of ``plan``, ``files(host)`` (remote path -> local file) put there, each checked."""
+    """On every host of ``plan``, ``files(host)`` (remote path -> local file) put there, each checked; a secret
+    (a CURVE ``*_secret`` key) readable by its owner only."""
     for host in role_hosts(plan):
         where = open_remote(plan, host)
         try:
             for remote, local in files(host).items():
                 push_checked(where, local, remote)
+                if remote.endswith("_secret"):
+                    where.chmod(remote, 0o600)
         except OSError as exc:
             raise ClipflowError(f"{host}: cannot write the run's files there ({exc.strerror or exc})") from None
         finally:
             where.close()
         log(f"clipflow: {host}: the job's files are there")
+
+
+def key_files(plan: Plan, folder: str) -> dict[str, Path]:
+    """The job's CURVE keys (remote path -> file here) for the run's ``folder`` on a host, when it has keys."""
+    if not plan.keys_dir:
+        return {}
+    return {f"{folder}/{path.name}": path for path in sorted(Path(plan.keys_dir).iterdir()) if path.is_file()}
 
 
 def open_remote(plan: Plan, host: str) -> SftpFiles:

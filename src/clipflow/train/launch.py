@@ -123,14 +123,15 @@ def launch_on_own_disks(job: TrainJob, local: HostRun, log_dir: str, grace: floa
     the newest checkpoint)."""
     from clipflow.train import host_run
 
-    plan = job.plan
-    local.staged.check_hosts(host_run.role_hosts(plan), "train launch")
-    remote = replace(job, paths=job.paths.on_host(local.folder, local.staged.root()))
+    local.staged.check_hosts(host_run.role_hosts(job.plan), "train launch")
+    keys = host_run.key_files(job.plan, f"{local.folder}/ps_keys")  # the roles read the job's keys there
+    plan = replace(job.plan, keys_dir=f"{local.folder}/ps_keys" if keys else "")
+    remote = replace(job, plan=plan, paths=job.paths.on_host(local.folder, local.staged.root()))
     job_file = job.made().write_text(JOB_FILE, json.dumps(remote.to_dict(), indent=2) + "\n")
 
     def files(host: str) -> dict[str, Path]:
         ranks = [r.rank for r in plan.roles if r.role == "worker" and r.host == host]
-        wanted = {f"{local.folder}/{JOB_FILE}": job_file}
+        wanted = {f"{local.folder}/{JOB_FILE}": job_file, **keys}
         wanted.update({str(remote.paths.shard(rank)): job.paths.shard(rank) for rank in ranks})
         if job.paths.val_list is not None and remote.paths.val_list is not None:
             wanted[str(remote.paths.val_list)] = job.paths.val_list
