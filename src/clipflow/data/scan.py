@@ -24,6 +24,7 @@ from clipflow.environment import read_env
 from clipflow.errors import ClipflowError
 from clipflow.files import append_record, check_output_dir, journal_lines
 from clipflow.made import Made
+from clipflow.textfile import read_json_object
 
 DECODE_CHUNK = 32
 MEASURED = ("num_frames", "fps", "duration", "width", "height", "error")  # what a journal line keeps of a probe
@@ -259,3 +260,17 @@ def scan_lists(
     for f in manifest["failures"]:
         log(f"left out ({f['split']}): {f['path']} (line {f['line']}): {f['error']}")
     return manifest
+
+
+@dataclass(frozen=True)
+class VideoRecord:
+    size: int
+    mtime_ns: int
+    sha256: str
+
+
+def read_video_records(index_dir) -> dict[str, VideoRecord]:
+    data = read_json_object(
+        Path(index_dir) / "videos.json", "video records", "rerun the data stage (snakemake --forcerun data_scan)"
+    )
+    return {path: VideoRecord(**rec) for path, rec in data["files"].items()}
