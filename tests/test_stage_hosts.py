@@ -155,7 +155,9 @@ def test_each_host_gets_exactly_its_share_and_a_second_run_copies_nothing(
         assert (entry["files"], entry["bytes"]) == (len(want), sum(want.values()))
         assert (entry["train_files"], entry["val_files"]) == (8, 2)
         assert (entry["copied_files"], entry["copied_bytes"]) == (len(want), sum(want.values()))
-        assert f"stage {host.target}: copied 10 files, " in done.stdout, done.stdout
+        total = f"{sum(want.values()) / 1000:.1f} kB"
+        assert f"stage {host.target}: {total} of {total} (100%), " in done.stdout, done.stdout
+        assert "; copied 10 files, 10 verified, 0 already staged" in done.stdout
         mtimes[i] = {p: p.stat().st_mtime_ns for p in folder.rglob("*")}
     assert summary["total_bytes"] == sum(r["bytes"] for r in summary["hosts"].values())
 
@@ -195,6 +197,29 @@ def test_a_damaged_stage_is_repaired(
         record = json.loads((folder / ".clipflow-staged.json").read_text())["files"]
         assert sorted(record) == sorted(expected_share(data, i))
     assert (folders[1] / cut).read_bytes() == (data["root"] / cut).read_bytes()
+
+
+def test_another_recipe_on_the_same_data_copies_only_what_it_adds(
+    ssh_hosts: NetnsHosts,  # noqa: F811
+    job: dict[str, Path],
+    data: dict[str, Path],
+    first,
+) -> None:
+    splits = job["work"] / "splits-rotated"  # worker r reads worker r+1's list: each host needs 8 files more
+    splits.mkdir()
+    for r in range(WORKERS):
+        shutil.copy(data["splits"] / f"worker{(r + 1) % WORKERS}.lst", splits / f"worker{r}.lst")
+    done, out = stage(ssh_hosts, job, data, splits=splits)
+    assert done.returncode == 0, done.stdout + done.stderr
+    hosts = json.loads(out.read_text())["hosts"]
+    assert [hosts[h.target]["copied_files"] for h in ssh_hosts.hosts] == [8, 8, 8]
+    for i, h in enumerate(ssh_hosts.hosts):
+        both = {**expected_share(data, i), **expected_share(data, (i + 1) % WORKERS)}
+        both = {p: s for p, s in both.items() if p not in data["paths"][24:] or p in expected_share(data, i)}
+        record = json.loads((h.home / "clipflow-stage" / NAME / ".clipflow-staged.json").read_text())["files"]
+        assert sorted(record) == sorted(both)  # the first recipe's entries are kept
+    again, _ = stage(ssh_hosts, job, data)  # the first recipe again: all there
+    assert again.stdout.count(": nothing to copy (10 already staged, 10 files)") == 3, again.stdout
 
 
 @pytest.fixture

@@ -359,12 +359,15 @@ def verify_host(state: HostState, records: dict[str, VideoRecord], settings: Ssh
         )
 
 
-def progress_line(state: HostState) -> str:
-    """``stage <host>: 3.1 MB of 9.4 MB (33%), 1.2 MB/s, ETA 5 s``."""
-    elapsed = max(time.monotonic() - state.started, 1e-6)
+def progress_line(state: HostState, took: float | None = None) -> str:
+    """``stage <host>: 3.1 MB of 9.4 MB (33%), 1.2 MB/s, ETA 5 s``; once done (``took`` seconds), ``in 7.8 s``
+    instead of the ETA."""
+    elapsed = max(time.monotonic() - state.started if took is None else took, 1e-6)
     rate = state.done_bytes / elapsed
     left = state.copy_bytes - state.done_bytes
     eta = f"ETA {left / rate:.0f} s" if rate > 0 else "ETA -"
+    if took is not None:
+        eta = f"in {took:.1f} s"
     percent = 100 * state.done_bytes // max(state.copy_bytes, 1)
     done, total = human_bytes(state.done_bytes), human_bytes(state.copy_bytes)
     return f"stage {state.share.key}: {done} of {total} ({percent}%), {human_bytes(rate)}/s, {eta}"
@@ -385,9 +388,8 @@ def stage_host(state: HostState, records: dict[str, VideoRecord], root: str | Pa
     if not state.to_copy:
         log(f"stage {state.share.key}: nothing to copy ({already}, {len(state.share.files)} files)")
     else:
-        rate = human_bytes(state.done_bytes / max(seconds, 1e-6))
-        log(f"stage {state.share.key}: copied {state.done_files} files, {human_bytes(state.done_bytes)} in "
-            f"{seconds:.1f} s ({rate}/s); {len(state.to_copy)} verified, {already}")  # fmt: skip
+        log(f"{progress_line(state, seconds)}; copied {state.done_files} files, {len(state.to_copy)} verified, "
+            f"{already}")  # fmt: skip
     return seconds
 
 
