@@ -182,12 +182,6 @@ def test_stage_progress_lines_and_byte_figures() -> None:
 
     figures = [human_bytes(n) for n in (0, 999, 65536, 1_234_567, 9.4e9)]
     assert figures == ["0 B", "999 B", "65.5 kB", "1.2 MB", "9.4 GB"]
-        "0 B",
-        "999 B",
-        "65.5 kB",
-        "1.2 MB",
-        "9.4 GB",
-    ]
     state = HostState(HostShare(Host("10.1.2.12", "root"), "root@10.1.2.12"), copy_bytes=9_400_000)
     state.done_bytes, state.started = 3_100_000, 0.0
     assert progress_line(state, took=2.5) == "stage root@10.1.2.12: 3.1 MB of 9.4 MB (32%), 1.2 MB/s, in 2.5 s"
