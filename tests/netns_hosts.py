@@ -72,7 +72,7 @@ def make_home(path: Path) -> Path:
 
 
 SSHD = "/usr/sbin/sshd"  # sshd must be started by absolute path (it re-executes itself)
-REQUIRED_TOOLS = ("ip", "unshare", "ssh-keygen", "ssh-agent", "ssh-add")
+REQUIRED_TOOLS = ("ip", "unshare", "nsenter", "ssh-keygen", "ssh-agent", "ssh-add")
 STATE_ROOT = Path("/run")
 STATE_PREFIX = "clipflow-netns-"
 NAME_RE = re.compile(r"^cf(\d+)[a-z]{2}(?:h\d|br|v\d)$")  # cf<pid><instance><suffix>
@@ -334,6 +334,7 @@ class NetnsHosts:
         self._agent: subprocess.Popen[bytes] | None = None
         self._admin_keys_file = Path()
         self._shadow_override: Path | None = None
+        self._mounts: list[tuple[int, str]] = []  # (host index, path) mounted in a host's sshd mount namespace
 
     # -- context manager
 
@@ -551,6 +552,7 @@ class NetnsHosts:
         proc = self._sshd.pop(i, None)
         if proc is None:
             return
+        self._mounts = [(j, path) for j, path in self._mounts if j != i]  # they go with its mount namespace
         if proc.poll() is None:
             proc.terminate()
             try:
@@ -586,6 +588,49 @@ class NetnsHosts:
             wait_until(lambda: not self.pids(i), 0.5)
         raise RuntimeError(f"processes survive in {self.hosts[i].name}: {self.pids(i)}")
 
+    # -- a host's own mounts (its sshd's mount namespace; sessions started afterwards see them)
+
+    def in_mounts(self, i: int, script: str, *args: str | os.PathLike[str]) -> subprocess.CompletedProcess[str]:
+        """Run ``sh -c script`` (``$1``... = ``args``) in host ``i``'s mount namespace, that of its sshd."""
+        pid = self.sshd_pid(i)
+        if pid is None:
+            raise RuntimeError(f"host {i}'s sshd is not running: its mount namespace is gone")
+        return sh("nsenter", "--target", str(pid), "--mount", "sh", "-c", script, "sh", *args)
+
+    def _mounted(self, i: int, script: str, path: str | os.PathLike[str], *args: str) -> None:
+        self.in_mounts(i, script, path, *args)
+        self._mounts.append((i, str(path)))
+
+    def mount_tmpfs(self, i: int, path: str | os.PathLike[str], size: str) -> None:
+        """A tmpfs of ``size`` (e.g. ``64k``) at ``path`` (made when missing) inside host ``i`` only."""
+        self._mounted(i, 'mkdir -p "$1" && mount -t tmpfs -o size="$2" tmpfs "$1"', path, size)
+
+    def mount_readonly(self, i: int, path: str | os.PathLike[str]) -> None:
+        """``path`` (which must exist) read-only inside host ``i`` only."""
+        self._mounted(i, 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1"', path)
+
+    def hide_program(self, i: int, path: str | os.PathLike[str]) -> None:
+        """/dev/null bound over the program ``path`` inside host ``i`` only: it is no longer executable there."""
+        self._mounted(i, 'mount --bind /dev/null "$1"', path)
+
+    def unmount(self, i: int, path: str | os.PathLike[str]) -> None:
+        """Undo the latest of :meth:`mount_tmpfs`, :meth:`mount_readonly`, :meth:`hide_program` at ``path``."""
+        self.in_mounts(i, 'umount "$1"', path)
+        self._mounts.reverse()
+        self._mounts.remove((i, str(path)))
+        self._mounts.reverse()
+
+    def _unmount_all(self) -> list[str]:
+        problems = []
+        for i, path in reversed(self._mounts):
+            try:
+                self.in_mounts(i, 'umount "$1"', path)
+            except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+                if self.sshd_pid(i) is not None:  # else the namespace, and its mounts, end with its processes
+                    problems.append(f"host {i}: {path} not unmounted ({exc})")
+        self._mounts = []
+        return problems
+
     # -- teardown
 
     def close(self) -> list[str]:
@@ -594,7 +639,7 @@ class NetnsHosts:
         Order: sshd listeners, every other process in the namespaces, veth pairs, namespaces, bridge, agent,
         files.
         """
-        problems: list[str] = []
+        problems: list[str] = self._unmount_all()
         for i in list(self._sshd):
             with contextlib.suppress(Exception):
                 self.stop_sshd(i)

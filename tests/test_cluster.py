@@ -9,6 +9,7 @@ from __future__ import annotations
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -174,3 +175,29 @@ def test_slurm_roles_start_with_srun_and_carry_their_values_in_the_environment(t
     assert worker.env["API_TOKEN"] == "s3cr3t" and worker.env["CLIPFLOW_PS_SECURITY"] == "curve"
     for command in commands:
         assert not any("s3cr3t" in a or "DMLC_" in a for a in command.argv)  # values only in the environment
+
+
+def test_stage_progress_lines_and_byte_figures() -> None:
+    from clipflow.cluster.stage import HostShare, HostState, human_bytes, progress_line
+
+    figures = [human_bytes(n) for n in (0, 999, 65536, 1_234_567, 9.4e9)]
+    assert figures == ["0 B", "999 B", "65.5 kB", "1.2 MB", "9.4 GB"]
+    state = HostState(HostShare(Host("10.1.2.12", "root"), "root@10.1.2.12"), copy_bytes=9_400_000)
+    state.done_bytes, state.started = 3_100_000, 0.0
+    assert progress_line(state, took=2.5) == "stage root@10.1.2.12: 3.1 MB of 9.4 MB (32%), 1.2 MB/s, in 2.5 s"
+    state.started = time.monotonic() - 2.5
+    line = progress_line(state)
+    assert line.startswith("stage root@10.1.2.12: 3.1 MB of 9.4 MB (32%), 1.2 MB/s, ETA 5 s"), line
+
+
+def test_storage_decision_is_read_or_refused(tmp_path: Path) -> None:
+    from clipflow.cluster.storage import StorageDecision, read_storage
+
+    checks = tmp_path / "checks.json"
+    checks.write_text('{"ok": true, "storage": {"setting": "auto", "mode": "local", "reason": "no shared root"}}')
+    assert read_storage(checks) == StorageDecision("auto", "local", "no shared root")
+    for body, words in (('{"ok": true}', "no storage decision"), ('{"storage": {"mode": "nfs"}}', "'nfs'")):
+        checks.write_text(body)
+        with pytest.raises(ClipflowError, match="rerun the cluster check") as err:
+            read_storage(checks)
+        assert words in str(err.value) and str(checks) in str(err.value)

@@ -77,7 +77,8 @@ def snakemake(hosts: NetnsHosts, work: Path, hosts_file: str, fault: str = "") -
 
 def jobs_run(done: subprocess.CompletedProcess) -> set[str]:
     """The rules Snakemake ran (its 'rule NAME:' lines)."""
-    return {line.split()[-1].rstrip(":") for line in (done.stdout + done.stderr).splitlines() if line.startswith("rule ")}
+    lines = (done.stdout + done.stderr).splitlines()
+    return {line.split()[-1].rstrip(":") for line in lines if line.startswith("rule ")}
 
 
 def expected_share(work: Path, plan: dict) -> dict[str, set[str]]:

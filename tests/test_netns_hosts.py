@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -150,6 +151,8 @@ def test_everything_is_removed_on_exit() -> None:
         assert ssh(h, 0, "nohup sleep 30 >/dev/null 2>&1 </dev/null & echo started").returncode == 0
         assert wait_until(lambda: len(h.pids(0)) >= 1, 5)
         leftover = h.pids(0)
+        h.mount_tmpfs(1, "/root/disk", "1m")  # left mounted: close() unmounts it (else __exit__ raises)
+        h.hide_program(2, "/bin/true")
     assert not set(names) & set(netns_names())
     assert not set(links) & set(link_names())
     assert not any(pid_alive(pid) for pid in [*daemons, *leftover] if pid)
@@ -167,3 +170,44 @@ def test_setup_failure_cleans_up(monkeypatch: pytest.MonkeyPatch) -> None:
         h.__enter__()
     assert not any(name.startswith(h.tag) for name in netns_names() + link_names())
     assert h._state is None
+
+
+def test_a_hosts_own_mounts_stay_inside_it(ssh_hosts: NetnsHosts) -> None:  # noqa: F811
+    h = ssh_hosts
+    small = h.hosts[0].home / "small"
+    h.mount_tmpfs(0, "/root/small", "64k")
+    try:
+        wrote = ssh(
+            h, 0, "echo on-tmpfs > ~/small/f && df -k ~/small | tail -1 && head -c 100000 /dev/zero > ~/small/big"
+        )
+        assert "tmpfs" in wrote.stdout and wrote.returncode != 0, wrote.stdout + wrote.stderr  # 64 kB: full
+        assert "No space left" in wrote.stderr
+        assert small.is_dir() and not (small / "f").exists()  # the root namespace sees the empty mount point
+        assert ssh(h, 1, "test -e ~/small/f || echo absent").stdout.strip() == "absent"
+        assert ssh(h, 0, "cat ~/small/f").stdout == "on-tmpfs\n"
+    finally:
+        h.unmount(0, "/root/small")
+    assert ssh(h, 0, "test -e ~/small/f || echo absent").stdout.strip() == "absent"  # the tmpfs is gone
+
+    (h.hosts[1].home / "ro").mkdir()
+    h.mount_readonly(1, "/root/ro")
+    try:
+        refused = ssh(h, 1, "touch ~/ro/x")
+        assert refused.returncode != 0 and "Read-only file system" in refused.stderr, refused.stderr
+        assert ssh(h, 0, "mkdir -p ~/ro && touch ~/ro/x").returncode == 0  # host 0's ~/ro is writable
+        (h.hosts[1].home / "ro" / "y").write_text("")  # and so is host 1's from the root namespace
+    finally:
+        h.unmount(1, "/root/ro")
+    assert ssh(h, 1, "touch ~/ro/x").returncode == 0
+
+    rsync = shutil.which("rsync")
+    if rsync is not None:
+        h.hide_program(2, rsync)
+        try:
+            probe = f"test -x {rsync} && echo present || echo missing"
+            assert [ssh(h, i, probe).stdout.strip() for i in range(3)] == ["present", "present", "missing"]
+        finally:
+            h.unmount(2, rsync)
+        assert ssh(h, 2, f"test -x {rsync} && echo present").stdout.strip() == "present"
+    for i, name in ((0, "small"), (0, "ro"), (1, "ro")):  # the homes as they were
+        shutil.rmtree(h.hosts[i].home / name)

@@ -1,4 +1,4 @@
-"""`clipflow cluster plan|keys|check|sync` and `clipflow launch` (MXNet launch.py's flags)."""
+"""`clipflow cluster plan|keys|check|sync|stage|unstage` and `clipflow launch` (MXNet launch.py's flags)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import argparse
 from clipflow.cli.args import at_least_zero, count, host_args, port, seconds, ssh_args, ssh_settings
 from clipflow.errors import ClipflowError
 from clipflow.schemas import config_defaults
+
+STAGE_DIR = "~/clipflow-stage"
 
 
 def cmd_plan(a: argparse.Namespace) -> int:
@@ -44,6 +46,23 @@ def cmd_sync(a: argparse.Namespace) -> int:
     from clipflow.cluster.sync import sync_plan
 
     sync_plan(Plan.read(a.plan), a.src, a.dst, a.stamp)
+    return 0
+
+
+def cmd_stage(a: argparse.Namespace) -> int:
+    from clipflow.cluster.plan import Plan
+    from clipflow.cluster.stage import stage_data
+
+    stage_data(Plan.read(a.plan), a.checks, a.index_dir, a.splits_dir, a.root, a.stage_dir, a.name, a.out)
+    print(f"staged data written to {a.out}")
+    return 0
+
+
+def cmd_unstage(a: argparse.Namespace) -> int:
+    from clipflow.cluster.plan import Plan
+    from clipflow.cluster.stage import unstage
+
+    unstage(Plan.read(a.plan), a.stage_dir, a.name)
     return 0
 
 
@@ -134,6 +153,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dst", required=True)
     p.add_argument("--stamp", default="", help="file written when every host is synced")
     p.set_defaults(func=cmd_sync)
+    p = cluster.add_parser("stage", help="copy to each host the videos its workers read (local storage)")
+    p.add_argument("--plan", required=True)
+    p.add_argument("--checks", required=True, help="checks.json of clipflow cluster check (its storage decision)")
+    p.add_argument("--index-dir", required=True, help="the scan's folder: videos.json, val.lst")
+    p.add_argument("--splits-dir", required=True, help="the folder of worker{r}.lst")
+    p.add_argument("--root", required=True, help="the data root the lists' paths are relative to")
+    p.add_argument("--stage-dir", default=STAGE_DIR, help="the hosts' staging folder (absolute or ~/...)")
+    p.add_argument("--name", required=True, help="the data set's folder under --stage-dir")
+    p.add_argument("--out", required=True, help="staged.json: what each host holds")
+    p.set_defaults(func=cmd_stage)
+    p = cluster.add_parser("unstage", help="remove staged data from every host of a plan")
+    p.add_argument("--plan", required=True)
+    p.add_argument("--stage-dir", default=STAGE_DIR)
+    p.add_argument("--name", default="", help="the data set's folder (default: every staged folder there)")
+    p.set_defaults(func=cmd_unstage)
 
     p = sub.add_parser("launch", help="MXNet launch.py's flags: scheduler, servers and workers running a command")
     p.add_argument("-n", "--num-workers", type=count, required=True)

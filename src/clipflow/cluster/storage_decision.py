@@ -5,28 +5,19 @@ or a single machine), ``local`` (each host has its own disk: the videos are stag
 stay on it until collected) or ``auto``. For ``auto`` the launching node writes a marker holding a fresh token
 in the run's own folder (:class:`StorageMarker`); every host's probe (:mod:`clipflow.cluster.checks`) reads it
 and writes a reply beside it. Storage is shared only when every host read the token *and* every reply is seen
-here: a host that sees the folder read-only, or a copy of it, is on a disk of its own.
+here: a host that sees the folder read-only, or a copy of it, is on a disk of its own. The stages after it read
+the decision with :func:`clipflow.cluster.storage.read_storage`.
 """
 
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
 from pathlib import Path
 
+from clipflow.cluster.storage import SETTINGS, StorageDecision
 from clipflow.errors import ClipflowError
-from clipflow.textfile import read_json_object
 
-MODES = ("shared", "local")
-SETTINGS = ("auto", *MODES)
 MARKER_PREFIX = ".clipflow-storage-"
-
-
-@dataclass(frozen=True)
-class StorageDecision:
-    setting: str  # cluster.storage as given: auto, shared or local
-    mode: str  # what the run uses: shared or local
-    reason: str  # one line, printed and kept in checks.json
 
 
 class StorageMarker:
@@ -110,13 +101,3 @@ def judge_paths(check, decision: StorageDecision) -> None:
         for path, exists in check.facts.get("paths", {}).items():
             if not exists:
                 check.fail(f"{path} does not exist there")
-
-
-def read_storage(checks_path: str | Path) -> StorageDecision:
-    """The storage decided by `clipflow cluster check` (its checks.json)."""
-    fix = "rerun the cluster check (clipflow cluster check --storage ...)"
-    data = read_json_object(checks_path, "host checks", f"the JSON object `clipflow cluster check` writes; {fix}")
-    found = data.get("storage")
-    if not isinstance(found, dict) or found.get("mode") not in MODES or found.get("setting") not in SETTINGS:
-        raise ClipflowError(f"host checks {checks_path}: no storage decision (shared or local) in it; {fix}")
-    return StorageDecision(found["setting"], found["mode"], str(found.get("reason", "")))

@@ -30,9 +30,26 @@ EXCLUDES = (
 )
 
 
+def ssh_shell(host: Host, settings: SshSettings) -> str:
+    """rsync's ``-e`` remote shell: the OpenSSH client with the job's key and the pinned host keys."""
+    return shlex.join(["ssh", *ssh_options(host, settings)])
+
+
+def rsync_failure(returncode: int, stderr: str, dst: str) -> str:
+    """Why an rsync to ``dst`` on a host failed, in words, from its exit status and its stderr."""
+    err = stderr.strip()
+    if "command not found" in err or returncode == 127:
+        return "rsync is not installed there (Debian: apt install rsync)"
+    if "No such file or directory" in err and "mkdir" in err:
+        return f"the parent folder of {dst} does not exist there"
+    if returncode == 255:
+        return "ssh failed: " + (err.splitlines() or ["no message"])[-1]
+    return (err.splitlines() or [f"exit status {returncode}"])[-1]
+
+
 def rsync_argv(src: Path, host: Host, dst: str, settings: SshSettings) -> list[str]:
     """rsync -a of ``src``'s contents into ``dst`` on ``host`` (dst's parent must exist there)."""
-    shell = shlex.join(["ssh", *ssh_options(host, settings)])
+    shell = ssh_shell(host, settings)
     excludes = [f"--exclude={pattern}" for pattern in EXCLUDES]
     target = f"{host.target}:{dst.rstrip('/')}/"
     return ["rsync", "-a", "--protect-args", *excludes, "-e", shell, f"{str(src).rstrip('/')}/", target]
@@ -53,15 +70,9 @@ def sync_host(src: Path, host: Host, dst: str, settings: SshSettings, timeout_s:
         raise ClipflowError(f"{host}: rsync to {dst} did not finish within {timeout_s:g} s") from None
     if done.returncode == 0:
         return
-    err = done.stderr.strip()
-    if "command not found" in err or done.returncode == 127:
-        why = "rsync is not installed there (Debian: apt install rsync)"
-    elif "No such file or directory" in err and "mkdir" in err:
-        why = f"the parent folder of {dst} does not exist there; create it or change cluster.sync_dst_dir"
-    elif done.returncode == 255:
-        why = "ssh failed: " + (err.splitlines() or ["no message"])[-1]
-    else:
-        why = (err.splitlines() or [f"exit status {done.returncode}"])[-1]
+    why = rsync_failure(done.returncode, done.stderr, dst)
+    if why.startswith("the parent folder"):
+        why += "; create it or change cluster.sync_dst_dir"
     raise ClipflowError(f"{host}: rsync of {src} to {dst} failed (exit {done.returncode}): {why}")
 
 
