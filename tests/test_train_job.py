@@ -69,7 +69,7 @@ BAD_JOBS = {
     "wrong type": (put("zero", "seed"), "seed: 'zero' is not of type 'integer'"),
     "unknown back end": (put("horovod", "backend"), "backend: 'horovod' is not one of ['ps', 'ddp']"),
     "unknown kvstore mode": (put("dist_fast", "ps", "mode"), "ps.mode: 'dist_fast' is not one of"),
-    "relative path": (put("data/videos", "paths", "root"), "paths.root: 'data/videos' does not match '^/'"),
+    "relative path": (put("data/videos", "paths", "root"), "paths.root: 'data/videos' does not match '^(/|~/)'"),
     "unknown key": (put(3, "epochs"), "Additional properties are not allowed ('epochs' was unexpected)"),
     "other version": (put(2, "version"), "version: 1 was expected"),
     "bad plan": (put("boss", "plan", "roles", 0, "role"), "plan.roles.0.role: 'boss' is not one of"),

@@ -7,7 +7,10 @@
 rule train:
     input:
         plan=ancient(f"{RESULTS}/cluster/plan.json"),
-        cluster=[ancient(path) for path in cluster_ready()[1:]],
+        cluster=[ancient(path) for path in cluster_ready()[1:] if path != STAGED],
+        # not ancient: a plan that moved workers to other hosts restages, and training must then run (it resumes
+        # from the newest checkpoint, wherever it is); Snakemake drops a job whose ancient input is being remade
+        staged=[path for path in cluster_ready() if path == STAGED],
         splits=rules.splits.output,
         val=f"{INDEX}/val.lst",
         recipe=RECIPE_FILE,

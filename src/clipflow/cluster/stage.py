@@ -466,8 +466,10 @@ def stage_data(plan: Plan, checks: str | Path, index_dir: str | Path, splits_dir
         "name": name,
         "stage_dir": stage_dir,
         "source_root": str(root),
-        "total_bytes": sum(records[p].size for p in needed),
-        "total_files": len(needed),
+        "total_bytes": sum(record.size for record in records.values()),  # the data set: every video the scan kept
+        "total_files": len(records),
+        "needed_bytes": sum(records[p].size for p in needed),  # what the hosts read together
+        "needed_files": len(needed),
         "hosts": hosts,
     }
     write_text_atomic(out, json.dumps(summary, indent=2) + "\n")

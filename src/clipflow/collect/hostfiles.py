@@ -123,7 +123,9 @@ class SftpFiles:
 
     def makedirs(self, folder: str) -> None:
         """``folder`` and its parents made there when missing."""
-        path = self._path(folder)
+        self._makedirs(self._path(folder))
+
+    def _makedirs(self, path: str) -> None:
         prefix, parts = ("/" if path.startswith("/") else ""), []
         for part in path.split("/"):
             if part in ("", "."):
@@ -140,7 +142,7 @@ class SftpFiles:
         file or the whole new one); the folder is made when missing."""
         target = self._path(path)
         folder, name = posixpath.split(target)
-        self.makedirs(folder or ".")
+        self._makedirs(folder or ".")
         temp = posixpath.join(folder, f".{name}.clipflow-put")
         self.sftp.put(str(local), temp)
         self.sftp.posix_rename(temp, target)

@@ -54,9 +54,10 @@ def check_batch_size(batch_size: int | None) -> None:
         raise ClipflowError(f"--batch-size must be >= 1 (views a forward pass), got {batch_size}")
 
 
-def open_list(recipe: dict, list_path: str | Path, root: str | Path):
+def open_list(recipe: dict, list_path: str | Path, root: str | Path, rank: int = 0, num_workers: int = 1):
     """The test-mode dataset of ``list_path`` and its labels; a bad line, a label the model cannot predict
-    or a missing video is named here, before any scoring."""
+    or a missing video of worker ``rank``'s share (entries rank, rank + num_workers, ...: all by default) is
+    named here, before any scoring. A host with its own disk holds only its workers' share."""
     list_path, classes = Path(list_path), recipe["model"]["num_classes"]
     entries = read_list(list_path)
     for e in entries:
@@ -66,7 +67,8 @@ def open_list(recipe: dict, list_path: str | Path, root: str | Path):
                 f"(labels 0..{classes - 1}); is this the list the model was trained for?"
             )
     dataset = build_dataset(recipe, list_path, root, "test", seed=0)
-    for e in getattr(dataset, "entries", []):  # videos; an image dataset checks its batch files itself
+    entries = getattr(dataset, "entries", [])  # videos; an image dataset checks its batch files itself
+    for e in entries[rank::num_workers]:
         if not e.resolve(root).is_file():
             raise ClipflowError(f"video {e.resolve(root)} (listed in {list_path} line {e.line}) does not exist")
     return dataset, torch.tensor([e.label for e in entries], dtype=torch.int64)
@@ -106,7 +108,7 @@ def evaluate(
     device = device or torch.device("cpu")
     model, recipe = load_model(model_path)
     model.to(device)
-    dataset, labels = open_list(recipe, list_path, root)
+    dataset, labels = open_list(recipe, list_path, root, comm.rank, comm.num_workers)
     n, classes = len(dataset), recipe["model"]["num_classes"]
     names = class_names(list_path, classes)  # a bad class index fails before the scoring, on every worker
     share = list(range(comm.rank, n, comm.num_workers))

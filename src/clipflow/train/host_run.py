@@ -43,11 +43,12 @@ def push_job_files(plan: Plan, files: Callable[[str], dict[str, Path]], log=prin
         where = open_remote(plan, host)
         try:
             for remote, local in files(host).items():
-                push_checked(where, local, remote)
-                if remote.endswith("_secret"):
-                    where.chmod(remote, 0o600)
-        except OSError as exc:
-            raise ClipflowError(f"{host}: cannot write the run's files there ({exc.strerror or exc})") from None
+                try:
+                    push_checked(where, local, remote)
+                    if remote.endswith("_secret"):
+                        where.chmod(remote, 0o600)
+                except OSError as exc:
+                    raise ClipflowError(f"{host}: cannot write {remote} there ({exc.strerror or exc})") from None
         finally:
             where.close()
         log(f"clipflow: {host}: the job's files are there")
@@ -132,7 +133,8 @@ def place_newest_checkpoint(home_job: TrainJob, host_job: TrainJob, log=print) -
         except ClipflowError as exc:
             log(f"clipflow: resume: {name} from {where_from} cannot be used ({exc}); trying an older one")
             continue
-        log(f"clipflow: resume: the newest checkpoint, {name}, was on {where_from}; placed on rank 0's host {target}")
+        origin = f"at home ({home})" if where_from == "home" else f"on {where_from}"
+        log(f"clipflow: resume: the newest checkpoint, {name}, was {origin}; placed on rank 0's host {target}")
         return
 
 
