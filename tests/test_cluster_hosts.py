@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import python_env
+from helpers import assert_refused, python_env
 from netns_hosts import NetnsHosts, ssh_hosts  # noqa: F401
 
 from clipflow.cluster.ports import free_port
@@ -185,6 +185,47 @@ def test_checks_table_names_a_host_whose_sshd_is_down(ssh_hosts: NetnsHosts, job
     assert by_host[down.target]["ok"] is False
     assert by_host[ssh_hosts.hosts[0].target]["problems"] == ["/no/such/data does not exist there"]
     assert by_host[ssh_hosts.hosts[0].target]["facts"]["torch"] == checks["launcher"]["torch"]
+
+
+@pytest.mark.usefixtures("authorised")  # the job's key authorised, the host keys pinned
+def test_the_checks_decide_the_storage_with_a_marker_every_host_must_see_and_answer(
+    ssh_hosts: NetnsHosts,  # noqa: F811
+    job: dict[str, str],
+) -> None:
+    """These hosts share this machine's disk: auto decides shared. With the run's folder read-only on host 2 (it
+    sees the marker but cannot answer beside it), auto decides local naming that host, shared set by the user
+    fails naming it, and with local storage a data root missing on the hosts is no failure (it is staged)."""
+    plan = _plan(ssh_hosts, job, "plan-storage.json")
+    folder = Path(job["work"]) / "storage"
+    folder.mkdir()
+    out = folder / "checks.json"
+
+    def check(storage: str, *paths: str) -> tuple[subprocess.CompletedProcess, dict]:
+        args = [arg for path in paths for arg in ("--path", path)]
+        done = run(ssh_hosts, "cluster", "check", "--plan", str(plan), *args, "--storage", storage,
+                   "--marker-dir", str(folder), "--out", str(out))  # fmt: skip
+        return done, json.loads(out.read_text())
+
+    done, checks = check("auto", job["work"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert checks["storage"] == {"setting": "auto", "mode": "shared", "reason": f"every host sees and writes {folder}"}
+    assert f"storage shared (auto): every host sees and writes {folder}" in done.stdout
+    ssh_hosts.mount_readonly(1, folder)
+    try:
+        done, checks = check("auto", "/no/such/data")
+        assert done.returncode == 0, done.stdout + done.stderr  # the data root is staged with local storage
+        reason = checks["storage"]["reason"]
+        assert checks["storage"]["mode"] == "local" and ssh_hosts.hosts[1].target in reason, checks["storage"]
+        assert "cannot write beside it: Read-only file system" in reason
+        assert ssh_hosts.hosts[0].target not in reason and ssh_hosts.hosts[2].target not in reason
+        done, checks = check("shared", job["work"])
+        assert_refused(
+            done, ssh_hosts.hosts[1].target, "cluster.storage is shared, but it sees", "set cluster.storage: local"
+        )
+        assert checks["storage"]["mode"] == "shared" and checks["ok"] is False
+    finally:
+        ssh_hosts.unmount(1, folder)
+    assert not list(folder.glob(".clipflow-storage-*"))  # the marker and the replies are gone
 
 
 @pytest.mark.usefixtures("authorised")  # the job's key authorised, the host keys pinned
@@ -392,6 +433,7 @@ def test_the_tiny_recipe_trains_across_the_three_hosts_through_snakemake(
         "ssh_key": job["key"],
         "known_hosts": job["known_hosts"],
         "sync_dst_dir": "~/clipflow-job",
+        "storage": "shared",  # the hosts share this disk: the run as it was before storage could be local
     }
     overrides = {**TINY["overrides"], "train": {**TINY["overrides"]["train"], "epochs": 2}}
     (work / "tiny.yaml").write_text(json.dumps({**TINY, "overrides": overrides, "run": "hosts", "cluster": cluster}))
@@ -411,7 +453,9 @@ def test_the_tiny_recipe_trains_across_the_three_hosts_through_snakemake(
         assert (work / f"logs/hosts/train/worker-{r}.log").exists()
         assert (h.home / "clipflow-job" / "Snakefile").exists()  # synced to that host's own home
         assert not (h.home / "clipflow-job" / "results").exists()
-    assert json.loads((work / "results/hosts/cluster/checks.json").read_text())["ok"] is True
+    checks = json.loads((work / "results/hosts/cluster/checks.json").read_text())
+    assert checks["ok"] is True and checks["storage"]["mode"] == "shared"
+    assert json.loads((work / "results/hosts/cluster/staged.json").read_text()) == {"version": 1, "storage": "shared"}
     assert plan["security"] == "curve"  # not on loopback: every parameter-server socket is encrypted
     metrics = json.loads((work / "results/hosts/metrics.json").read_text())
     assert 0.0 <= metrics["top1"] <= 1.0 and metrics["num_videos"] == TINY["data"]["synthetic"]["num_val"]
