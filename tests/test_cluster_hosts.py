@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -412,17 +411,11 @@ def test_the_tiny_recipe_trains_across_the_three_hosts_through_snakemake(
     job: dict[str, str],
     repo: Path,
 ) -> None:
-    from workflow_helpers import TINY
+    from workflow_helpers import TINY, workflow_for_hosts
 
     work = Path(job["work"]) / "flow"
     work.mkdir()
-    for name in ("Snakefile", "config.yaml", "environment.yml", "workflow", "recipes"):
-        src = repo / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, work / name)
-    (work / "profiles").symlink_to("workflow/profiles")
-    python = work / "python-under-test"  # the roles on the hosts run this checkout's clipflow, whatever the venv has
-    python.write_text(f'#!/bin/sh\nPYTHONPATH={repo / "src"} exec {sys.executable} "$@"\n')
-    python.chmod(0o755)
+    python = workflow_for_hosts(repo, work)  # the roles on the hosts run this checkout's clipflow
     cluster = {
         "python": str(python),
         "launcher": "ssh",

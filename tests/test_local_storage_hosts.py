@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +19,7 @@ from pathlib import Path
 import pytest
 from helpers import python_env
 from netns_hosts import NetnsHosts, ssh_hosts  # noqa: F401
-from workflow_helpers import TINY
+from workflow_helpers import TINY, workflow_for_hosts
 
 from clipflow.cluster.ports import free_port
 from clipflow.data.listfile import read_list
@@ -36,12 +35,7 @@ def flow(ssh_hosts: NetnsHosts, tmp_path_factory: pytest.TempPathFactory, repo: 
     read-only, its data folder not at all."""
     work = tmp_path_factory.mktemp("apart") / "flow"
     work.mkdir()
-    for name in ("Snakefile", "config.yaml", "environment.yml", "workflow", "recipes"):
-        src = repo / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, work / name)
-    python = work / "python-under-test"  # the roles run this checkout's clipflow, whatever the venv has
-    python.write_text(f'#!/bin/sh\nPYTHONPATH={repo / "src"} exec {sys.executable} "$@"\n')
-    python.chmod(0o755)
+    python = workflow_for_hosts(repo, work)
     for name, order in (("hosts", (0, 1, 2)), ("hosts-turned", (1, 2, 0))):
         (work / name).write_text("".join(f"{ssh_hosts.hosts[i].target}\n" for i in order))
     cluster = {

@@ -3,6 +3,7 @@ test_cluster_hosts): its config (TINY, written to tiny.yaml in a copy of the wor
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,19 @@ TINY = {
         "data": {"new_length": 16, "new_width": 42, "new_height": 32, "input_size": 32},
     },
 }
+
+
+def workflow_for_hosts(repo: Path, work: Path) -> Path:
+    """A copy of the workflow in ``work`` for the sshd hosts' tests, and the Python the roles on the hosts run
+    (this checkout's clipflow, whatever the venv holds); returns that Python."""
+    for name in ("Snakefile", "config.yaml", "environment.yml", "workflow", "recipes"):
+        src = repo / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, work / name)
+    (work / "profiles").symlink_to("workflow/profiles")
+    python = work / "python-under-test"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={repo / "src"} exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    return python
 
 
 def snakemake(workdir: Path, *args: str, env_extra: dict | None = None, timeout: int = 600):

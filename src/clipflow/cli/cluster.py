@@ -8,8 +8,6 @@ from clipflow.cli.args import at_least_zero, count, host_args, port, seconds, ss
 from clipflow.errors import ClipflowError
 from clipflow.schemas import config_defaults
 
-STAGE_DIR = "~/clipflow-stage"
-
 
 def cmd_plan(a: argparse.Namespace) -> int:
     from clipflow.cluster.plan import create_plan, plan_hosts, ssh_fields
@@ -159,13 +157,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--index-dir", required=True, help="the scan's folder: videos.json, val.lst")
     p.add_argument("--splits-dir", required=True, help="the folder of worker{r}.lst")
     p.add_argument("--root", required=True, help="the data root the lists' paths are relative to")
-    p.add_argument("--stage-dir", default=STAGE_DIR, help="the hosts' staging folder (absolute or ~/...)")
+    p.add_argument("--stage-dir", default=defaults["stage_dir"], help="the hosts' staging folder (absolute or ~/...)")
     p.add_argument("--name", required=True, help="the data set's folder under --stage-dir")
     p.add_argument("--out", required=True, help="staged.json: what each host holds")
     p.set_defaults(func=cmd_stage)
     p = cluster.add_parser("unstage", help="remove staged data from every host of a plan")
     p.add_argument("--plan", required=True)
-    p.add_argument("--stage-dir", default=STAGE_DIR)
+    p.add_argument("--stage-dir", default=defaults["stage_dir"])
     p.add_argument("--name", default="", help="the data set's folder (default: every staged folder there)")
     p.set_defaults(func=cmd_unstage)
 
