@@ -94,7 +94,7 @@ NUM_WORKERS = CLUSTER["num_workers"]
 STAGES_VIDEOS = RECIPE["data"]["kind"] == "video"
 STORAGE_SETTING = CLUSTER["storage"] if STAGES_VIDEOS else "shared"
 STAGED = f"{RESULTS}/cluster/staged.json"
-HOST_DIR = f"{CLUSTER['job_dir'].rstrip('/')}/{RUN}"  # the run's folder on each host with its own disk
+HOST_DIR = os.path.join(CLUSTER["job_dir"], RUN)  # the run's folder on each host with its own disk
 OVERRIDES = json.dumps(config["overrides"], sort_keys=True)
 
 
