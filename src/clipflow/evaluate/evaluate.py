@@ -67,8 +67,8 @@ def open_list(recipe: dict, list_path: str | Path, root: str | Path, rank: int =
                 f"(labels 0..{classes - 1}); is this the list the model was trained for?"
             )
     dataset = build_dataset(recipe, list_path, root, "test", seed=0)
-    entries = getattr(dataset, "entries", [])  # videos; an image dataset checks its batch files itself
-    for e in entries[rank::num_workers]:
+    videos = getattr(dataset, "entries", [])  # videos; an image dataset checks its batch files itself
+    for e in videos[rank::num_workers]:
         if not e.resolve(root).is_file():
             raise ClipflowError(f"video {e.resolve(root)} (listed in {list_path} line {e.line}) does not exist")
     return dataset, torch.tensor([e.label for e in entries], dtype=torch.int64)
