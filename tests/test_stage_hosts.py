@@ -14,8 +14,10 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -356,3 +358,73 @@ def test_unstage_removes_staged_folders_only(
     assert "left /root/clipflow-stage/mine" in rest.stdout
     for h in ssh_hosts.hosts:
         assert [p.name for p in (h.home / "clipflow-stage").iterdir()] == (["mine"] if h is ssh_hosts.hosts[0] else [])
+
+
+def test_an_interrupted_stage_resumes_from_its_partial_copy(
+    ssh_hosts: NetnsHosts,  # noqa: F811
+    job: dict[str, Path],
+) -> None:
+    """A 24 MB video to host 0 over a link shaped to 16 Mbit/s (tc on its veth); the stage is killed (its process
+    group, as Ctrl-C or a lost launcher would end it) once rsync has part of the file there. rsync's partial copy
+    stays on the host; the next stage, on the unshaped link, finishes from it: fewer bytes cross host 0's link than
+    the file holds, and the copy is checked against the scan's sha256."""
+    work = job["work"] / "big"
+    root, index, splits = work / "root", work / "index", work / "splits"
+    for folder in (root / "videos", index, splits):
+        folder.mkdir(parents=True)
+    sizes = {"videos/big.mp4": 24_000_000, "videos/small1.mp4": 4000, "videos/small2.mp4": 4000}
+    records = {}
+    for path, size in sizes.items():
+        (root / path).write_bytes(random.Random(path).randbytes(size))
+        st = (root / path).stat()
+        digest = hashlib.sha256((root / path).read_bytes()).hexdigest()
+        records[path] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}
+    (index / "videos.json").write_text(json.dumps({"version": 1, "root": str(root), "files": records}))
+    for r, path in enumerate(sizes):
+        (splits / f"worker{r}.lst").write_text(f"{path} 16 0\n")
+    (index / "val.lst").write_text("videos/small1.mp4 16 0\n")
+    data = {"root": root, "index": index, "splits": splits}
+    veth = ssh_hosts.hosts[0].veth
+    shaped = subprocess.run(["tc", "qdisc", "add", "dev", veth, "root", "tbf", "rate", "16mbit", "burst", "32kbit",
+                             "latency", "400ms"], capture_output=True, text=True)  # fmt: skip
+    if shaped.returncode != 0:
+        pytest.skip(f"cannot shape a link here (tc: {shaped.stderr.strip()})")
+    videos = ssh_hosts.hosts[0].home / "clipflow-stage" / "big" / "videos"
+    partial_dir = videos / ".clipflow-partial"  # where rsync keeps an interrupted file
+    try:
+        out = job["work"] / "staged-big.json"
+        argv = [sys.executable, "-m", "clipflow", "cluster", "stage", "--plan", str(job["plan"]), "--checks",
+                str(job["checks"]), "--index-dir", str(index), "--splits-dir", str(splits), "--root", str(root),
+                "--stage-dir", "~/clipflow-stage", "--name", "big", "--out", str(out)]  # fmt: skip
+        env = {**python_env(), "HOME": str(ssh_hosts.local_home), **ssh_hosts.agent_env}
+        stager = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  start_new_session=True)  # fmt: skip
+
+        def receiving() -> int:  # rsync's temporary file while the copy runs
+            return sum(p.stat().st_size for p in videos.glob(".big.mp4.*")) if videos.is_dir() else 0
+
+        deadline = time.monotonic() + 60
+        while receiving() < 4_000_000 and stager.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert stager.poll() is None, "the stage ended before it could be interrupted"
+        os.killpg(stager.pid, signal.SIGTERM)
+        stager.wait(timeout=30)
+        time.sleep(1)  # the host's rsync keeps what it received when its connection ends
+    finally:
+        subprocess.run(["tc", "qdisc", "del", "dev", veth, "root"], capture_output=True)
+    def partial_size() -> int:
+        return sum(p.stat().st_size for p in partial_dir.glob("*")) if partial_dir.is_dir() else 0
+
+    kept = partial_size()
+    assert 0 < kept < sizes["videos/big.mp4"] and not out.exists()
+    sent_before = int(Path(f"/sys/class/net/{veth}/statistics/tx_bytes").read_text())
+    done, out = stage(ssh_hosts, job, data, "big")
+    assert done.returncode == 0, done.stdout + done.stderr
+    sent = int(Path(f"/sys/class/net/{veth}/statistics/tx_bytes").read_text()) - sent_before
+    print(f"interrupted stage: {kept} bytes kept on the host, {sent} bytes sent to finish")
+    assert sent < sizes["videos/big.mp4"] - kept // 2, (sent, kept)  # the partial copy was used, not sent again
+    staged = ssh_hosts.hosts[0].home / "clipflow-stage" / "big" / "videos" / "big.mp4"
+    assert hashlib.sha256(staged.read_bytes()).hexdigest() == records["videos/big.mp4"]["sha256"]
+    assert not partial_size()
+    unstaged = run(ssh_hosts, "cluster", "unstage", "--plan", str(job["plan"]), "--name", "big")
+    assert unstaged.returncode == 0, unstaged.stdout + unstaged.stderr
