@@ -412,6 +412,7 @@ def test_an_interrupted_stage_resumes_from_its_partial_copy(
         time.sleep(1)  # the host's rsync keeps what it received when its connection ends
     finally:
         subprocess.run(["tc", "qdisc", "del", "dev", veth, "root"], capture_output=True)
+
     def partial_size() -> int:
         return sum(p.stat().st_size for p in partial_dir.glob("*")) if partial_dir.is_dir() else 0
 

@@ -7,6 +7,10 @@ checkpoint files. Nothing is loaded with torch, so it answers at once for any mo
 cannot read (not UTF-8, not JSON, JSON that is not an object, a record without its fields) is one
 message naming the file and the line.
 
+With the run on hosts with their own disks (``cluster.storage: local``), the job file the launcher wrote
+there names a checkpoint root on rank 0's host: the same files are read from that host over SFTP (copied into a
+temporary folder first; the checkpoints only listed).
+
 Throughput is the last epoch's clips/s over all workers; the ETA is the epochs left times the
 mean time of the last three epochs.
 """
@@ -14,6 +18,8 @@ mean time of the last three epochs.
 from __future__ import annotations
 
 import json
+import posixpath
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -35,6 +41,7 @@ class RunStatus:
     eta_s: float | None  # None until an epoch has a time
     best_val_top1: float | None
     finished: bool
+    source: str = ""  # where the run's files were read: its folder here, or host:folder on rank 0's own disk
 
     def lines(self) -> list[str]:
         rate = f"{self.clips_per_s:.1f} clips/s" if self.clips_per_s is not None else "no epoch finished yet"
@@ -47,6 +54,7 @@ class RunStatus:
             f"throughput: {rate}",
             f"ETA: {eta}",
             f"best val top-1: {best}",
+            f"read from: {self.source}",
         ]
 
     def as_json(self) -> str:
@@ -59,10 +67,20 @@ def run_status(results: str | Path, run: str) -> RunStatus:
     if not folder.is_dir():
         known = sorted(p.name for p in results.iterdir() if (p / "checkpoints").is_dir()) if results.is_dir() else []
         raise ClipflowError(f"no run {run!r} in {results}/ (runs with checkpoints: {', '.join(known) or 'none'})")
+    on_host = _on_own_disks(folder / "checkpoints")
+    if on_host is not None:
+        with tempfile.TemporaryDirectory(prefix="clipflow-status-") as copy:
+            latest, source = _copy_from_rank0(*on_host, Path(copy))
+            return _status(run, latest, source)
     candidates = _started(folder / "checkpoints")
     if not candidates:
         raise ClipflowError(f"run {run!r} has not started training: no {folder}/checkpoints/*/{RUN_FACTS}")
     latest = max(candidates, key=lambda p: (p / RUN_FACTS).stat().st_mtime)
+    return _status(run, latest, str(latest))
+
+
+def _status(run: str, latest: Path, source: str) -> RunStatus:
+    """The status of the run whose newest checkpoint folder is (a copy of) ``latest``."""
     facts = _read_facts(latest / RUN_FACTS)
     history = _read_history(latest / "metrics.jsonl")
     store = CheckpointStore(latest)
@@ -82,7 +100,54 @@ def run_status(results: str | Path, run: str) -> RunStatus:
         eta_s=eta,
         best_val_top1=_read_best(best) if best.is_file() else None,
         finished=epoch >= facts["epochs"],
+        source=source,
     )
+
+
+def _on_own_disks(checkpoints: Path):
+    """With local storage, the run's job file here names a checkpoint root on the hosts' own disks: (the plan,
+    that root); None when the run's checkpoints are here (shared storage, one machine) or no job was written."""
+    from clipflow.cluster.plan import Plan
+    from clipflow.train.job import JOB_FILE
+
+    job = checkpoints / JOB_FILE
+    if not job.is_file():
+        return None
+    data = read_json_object(job, "job file", "the JSON object `clipflow train launch` writes; rerun the train stage")
+    root, plan = (data.get("paths") or {}).get("checkpoint_root"), data.get("plan")
+    if not isinstance(root, str) or not isinstance(plan, dict) or plan.get("launcher") != "ssh":
+        return None
+    if Path(root).expanduser().absolute() == checkpoints.absolute():
+        return None
+    return Plan.from_dict(plan), root
+
+
+def _copy_from_rank0(plan, root: str, into: Path) -> tuple[Path, str]:
+    """The newest run folder under ``root`` on the host of rank 0: its run facts, history and best record copied
+    into ``into``, its checkpoints listed (empty files of their names); (the copy, host:folder)."""
+    from clipflow.collect.hostfiles import open_host
+    from clipflow.train.checkpoint import NAME
+    from clipflow.train.host_run import rank0_host
+
+    host = rank0_host(plan)
+    where = open_host(plan, host)
+    try:
+        runs = [f"{root}/{name}" for name in where.subfolders(root) if where.exists(f"{root}/{name}/{RUN_FACTS}")]
+        if not runs:
+            raise ClipflowError(f"the run has not started training: no {root}/*/{RUN_FACTS} on rank 0's host {host}")
+        latest = max(runs, key=lambda run: where.mtime(f"{run}/{RUN_FACTS}"))
+        copy = into / posixpath.basename(latest)
+        copy.mkdir()
+        for name in where.names(latest):
+            if name in (RUN_FACTS, "metrics.jsonl", "best.json"):
+                where.copy(f"{latest}/{name}", copy / name)
+            elif NAME.match(name):
+                (copy / name).touch()
+    except OSError as exc:
+        raise ClipflowError(f"{host}: cannot read the run's files in {root} ({exc.strerror or exc})") from None
+    finally:
+        where.close()
+    return copy, f"{host}:{latest}"
 
 
 FACTS = {"recipe": str, "epochs": int}  # what status needs of run.json, as the trainer writes it
