@@ -411,23 +411,14 @@ def test_the_tiny_recipe_trains_across_the_three_hosts_through_snakemake(
     job: dict[str, str],
     repo: Path,
 ) -> None:
-    from workflow_helpers import TINY, workflow_for_hosts
+    from workflow_helpers import TINY, three_host_cluster, workflow_for_hosts
 
     work = Path(job["work"]) / "flow"
     work.mkdir()
     python = workflow_for_hosts(repo, work)  # the roles on the hosts run this checkout's clipflow
-    cluster = {
-        "python": str(python),
-        "launcher": "ssh",
-        "num_workers": 3,
-        "num_servers": 3,
-        "root_port": free_port(),
-        "heartbeat_timeout": 10,
-        "ssh_key": job["key"],
-        "known_hosts": job["known_hosts"],
-        "sync_dst_dir": "~/clipflow-job",
-        "storage": "shared",  # the hosts share this disk: the run as it was before storage could be local
-    }
+    # storage shared: the hosts share this disk, the run as it was before storage could be local
+    shared = {"sync_dst_dir": "~/clipflow-job", "storage": "shared"}
+    cluster = three_host_cluster(python, job["key"], job["known_hosts"], **shared)
     overrides = {**TINY["overrides"], "train": {**TINY["overrides"]["train"], "epochs": 2}}
     (work / "tiny.yaml").write_text(json.dumps({**TINY, "overrides": overrides, "run": "hosts", "cluster": cluster}))
     env = {**python_env(), "HOME": str(ssh_hosts.local_home), **ssh_hosts.agent_env}

@@ -19,9 +19,8 @@ from pathlib import Path
 import pytest
 from helpers import python_env
 from netns_hosts import NetnsHosts, ssh_hosts  # noqa: F401
-from workflow_helpers import TINY, workflow_for_hosts
+from workflow_helpers import TINY, three_host_cluster, workflow_for_hosts
 
-from clipflow.cluster.ports import free_port
 from clipflow.data.listfile import read_list
 
 pytestmark = pytest.mark.hosts
@@ -38,17 +37,8 @@ def flow(ssh_hosts: NetnsHosts, tmp_path_factory: pytest.TempPathFactory, repo: 
     python = workflow_for_hosts(repo, work)
     for name, order in (("hosts", (0, 1, 2)), ("hosts-turned", (1, 2, 0))):
         (work / name).write_text("".join(f"{ssh_hosts.hosts[i].target}\n" for i in order))
-    cluster = {
-        "python": str(python),
-        "launcher": "ssh",
-        "num_workers": 3,
-        "num_servers": 3,
-        "root_port": free_port(),
-        "heartbeat_timeout": 10,
-        "ssh_key": str(ssh_hosts.local_home / ".ssh" / "id_ed25519"),
-        "known_hosts": str(work / "known_hosts"),
-        "storage": "auto",
-    }
+    key, known_hosts = str(ssh_hosts.local_home / ".ssh" / "id_ed25519"), str(work / "known_hosts")
+    cluster = three_host_cluster(python, key, known_hosts, storage="auto")
     tiny = {**TINY, "data": {**TINY["data"], "dir": DATA_DIR}, "run": RUN, "cluster": cluster}
     (work / "tiny.yaml").write_text(json.dumps(tiny))
     (work / "results").mkdir()

@@ -35,6 +35,15 @@ def workflow_for_hosts(repo: Path, work: Path) -> Path:
     return python
 
 
+def three_host_cluster(python: Path, key: str, known_hosts: str, **settings) -> dict:
+    """The cluster settings of the three-host workflow tests: the ssh launcher, a worker and a server on each host,
+    a free port, a short heartbeat timeout, and ``settings`` besides."""
+    from clipflow.cluster.ports import free_port
+
+    return {"python": str(python), "launcher": "ssh", "num_workers": 3, "num_servers": 3, "root_port": free_port(),
+            "heartbeat_timeout": 10, "ssh_key": key, "known_hosts": known_hosts, **settings}  # fmt: skip
+
+
 def snakemake(workdir: Path, *args: str, env_extra: dict | None = None, timeout: int = 600):
     cmd = [sys.executable, "-m", "snakemake", "--cores", "1", *args, "--configfile", "tiny.yaml"]
     env = {**python_env(), **(env_extra or {})}
