@@ -3,8 +3,8 @@
 Each host is a network namespace with its own home; the stage copies into ``~/clipflow-stage/<name>`` there, over
 real rsync and ssh. The data set is a few tens of small files of random bytes (the stage does not decode them)
 with the scan's videos.json, three workers' train lists (one worker per host) and a val list. The tests share
-the hosts and the data (module-scoped) and run in order: the first stage, a second that copies nothing, a repair,
-the refusals, then unstage.
+the hosts and the data (module-scoped) and pass in any order: each one that changes what is staged stages a data
+set of its own name (or into a staging folder of its own).
 """
 
 from __future__ import annotations
@@ -113,14 +113,15 @@ def expected_share(data: dict[str, Path], rank: int) -> dict[str, int]:
     return {path: (data["root"] / path).stat().st_size for path in paths}
 
 
-def stage(hosts: NetnsHosts, job: dict[str, Path], data: dict[str, Path], name: str = NAME, **paths: Path):  # noqa: F811
+def stage(hosts: NetnsHosts, job: dict[str, Path], data: dict[str, Path], name: str = NAME,  # noqa: F811
+          stage_dir: str = "~/clipflow-stage", **paths: Path):  # fmt: skip
     """`clipflow cluster stage` of ``data`` (``paths`` replace checks/index/splits/root); (result, out file)."""
     where = {"checks": job["checks"], "index": data["index"], "splits": data["splits"], "root": data["root"], **paths}
     out = job["work"] / f"staged-{name}.json"
     out.unlink(missing_ok=True)
     done = run(hosts, "cluster", "stage", "--plan", str(job["plan"]), "--checks", str(where["checks"]),
                "--index-dir", str(where["index"]), "--splits-dir", str(where["splits"]), "--root", str(where["root"]),
-               "--stage-dir", "~/clipflow-stage", "--name", name, "--out", str(out))  # fmt: skip
+               "--stage-dir", stage_dir, "--name", name, "--out", str(out))  # fmt: skip
     return done, out
 
 
@@ -180,7 +181,10 @@ def test_a_damaged_stage_is_repaired(
     data: dict[str, Path],
     first,
 ) -> None:
-    folders = [h.home / "clipflow-stage" / NAME for h in ssh_hosts.hosts]
+    name = "repair"  # a data set of its own: the tests pass in any order
+    done, _ = stage(ssh_hosts, job, data, name)
+    assert done.returncode == 0, done.stdout + done.stderr
+    folders = [h.home / "clipflow-stage" / name for h in ssh_hosts.hosts]
     gone, cut, unrecorded = data["paths"][0], data["paths"][9], data["paths"][17]  # on hosts 0, 1, 2
     (folders[0] / gone).unlink()
     with open(folders[1] / cut, "r+b") as fh:
@@ -189,13 +193,13 @@ def test_a_damaged_stage_is_repaired(
     record = json.loads(record_file.read_text())
     del record["files"][unrecorded]  # copied complete, but stopped before the check: hashed, not copied again
     record_file.write_text(json.dumps(record))
-    done, out = stage(ssh_hosts, job, data)
+    done, out = stage(ssh_hosts, job, data, name)
     assert done.returncode == 0, done.stdout + done.stderr
     hosts = json.loads(out.read_text())["hosts"]
     copied = [hosts[h.target]["copied_files"] for h in ssh_hosts.hosts]
     assert copied == [1, 1, 0]
     for i, folder in enumerate(folders):
-        assert staged_files(ssh_hosts, i, NAME) == expected_share(data, i)
+        assert staged_files(ssh_hosts, i, name) == expected_share(data, i)
         record = json.loads((folder / ".clipflow-staged.json").read_text())["files"]
         assert sorted(record) == sorted(expected_share(data, i))
     assert (folders[1] / cut).read_bytes() == (data["root"] / cut).read_bytes()
@@ -207,20 +211,23 @@ def test_another_recipe_on_the_same_data_copies_only_what_it_adds(
     data: dict[str, Path],
     first,
 ) -> None:
+    name = "recipes"  # a data set of its own: the tests pass in any order
+    done, _ = stage(ssh_hosts, job, data, name)
+    assert done.returncode == 0, done.stdout + done.stderr
     splits = job["work"] / "splits-rotated"  # worker r reads worker r+1's list: each host needs 8 files more
     splits.mkdir()
     for r in range(WORKERS):
         shutil.copy(data["splits"] / f"worker{(r + 1) % WORKERS}.lst", splits / f"worker{r}.lst")
-    done, out = stage(ssh_hosts, job, data, splits=splits)
+    done, out = stage(ssh_hosts, job, data, name, splits=splits)
     assert done.returncode == 0, done.stdout + done.stderr
     hosts = json.loads(out.read_text())["hosts"]
     assert [hosts[h.target]["copied_files"] for h in ssh_hosts.hosts] == [8, 8, 8]
     for i, h in enumerate(ssh_hosts.hosts):
         both = {**expected_share(data, i), **expected_share(data, (i + 1) % WORKERS)}
         both = {p: s for p, s in both.items() if p not in data["paths"][24:] or p in expected_share(data, i)}
-        record = json.loads((h.home / "clipflow-stage" / NAME / ".clipflow-staged.json").read_text())["files"]
+        record = json.loads((h.home / "clipflow-stage" / name / ".clipflow-staged.json").read_text())["files"]
         assert sorted(record) == sorted(both)  # the first recipe's entries are kept
-    again, _ = stage(ssh_hosts, job, data)  # the first recipe again: all there
+    again, _ = stage(ssh_hosts, job, data, name)  # the first recipe again: all there
     assert again.stdout.count(": nothing to copy (10 already staged, 10 files)") == 3, again.stdout
 
 
@@ -335,29 +342,34 @@ def test_unstage_removes_staged_folders_only(
     data: dict[str, Path],
     first,
 ) -> None:
-    done, _ = stage(ssh_hosts, job, data, "other")
-    assert done.returncode == 0, done.stdout + done.stderr
-    mine = ssh_hosts.hosts[0].home / "clipflow-stage" / "mine"
+    where = "~/clipflow-unstage"  # a staging folder of its own: the tests pass in any order
+    for name in ("one", "other"):
+        done, _ = stage(ssh_hosts, job, data, name, stage_dir=where)
+        assert done.returncode == 0, done.stdout + done.stderr
+    mine = ssh_hosts.hosts[0].home / "clipflow-unstage" / "mine"
     mine.mkdir(parents=True)
     (mine / "notes.txt").write_text("the user's own")
     plan = str(job["plan"])
 
-    refused = run(ssh_hosts, "cluster", "unstage", "--plan", plan, "--stage-dir", "~/clipflow-stage", "--name", "mine")
-    assert_refused(refused, ssh_hosts.hosts[0].target, "/root/clipflow-stage/mine", ".clipflow-staged.json")
+    refused = run(ssh_hosts, "cluster", "unstage", "--plan", plan, "--stage-dir", where, "--name", "mine")
+    assert_refused(refused, ssh_hosts.hosts[0].target, "/root/clipflow-unstage/mine", ".clipflow-staged.json")
     assert (mine / "notes.txt").read_text() == "the user's own"
 
-    one = run(ssh_hosts, "cluster", "unstage", "--plan", plan, "--stage-dir", "~/clipflow-stage", "--name", NAME)
+    one = run(ssh_hosts, "cluster", "unstage", "--plan", plan, "--stage-dir", where, "--name", "one")
     assert one.returncode == 0, one.stdout + one.stderr
     for h in ssh_hosts.hosts:
-        record = h.home / "clipflow-stage" / "other" / ".clipflow-staged.json"
-        assert f"unstage {h.target}: removed /root/clipflow-stage/{NAME} (" in one.stdout, one.stdout
-        assert not (h.home / "clipflow-stage" / NAME).exists() and record.exists()
+        record = h.home / "clipflow-unstage" / "other" / ".clipflow-staged.json"
+        assert f"unstage {h.target}: removed /root/clipflow-unstage/one (" in one.stdout, one.stdout
+        assert not (h.home / "clipflow-unstage" / "one").exists() and record.exists()
 
-    rest = run(ssh_hosts, "cluster", "unstage", "--plan", plan, "--stage-dir", "~/clipflow-stage")
+    rest = run(ssh_hosts, "cluster", "unstage", "--plan", plan, "--stage-dir", where)
     assert rest.returncode == 0, rest.stdout + rest.stderr
-    assert "left /root/clipflow-stage/mine" in rest.stdout
+    assert "left /root/clipflow-unstage/mine" in rest.stdout
     for h in ssh_hosts.hosts:
-        assert [p.name for p in (h.home / "clipflow-stage").iterdir()] == (["mine"] if h is ssh_hosts.hosts[0] else [])
+        assert [p.name for p in (h.home / "clipflow-unstage").iterdir()] == (
+            ["mine"] if h is ssh_hosts.hosts[0] else []
+        )
+    assert all((h.home / "clipflow-stage" / NAME).is_dir() for h in ssh_hosts.hosts)  # another folder: untouched
 
 
 def test_an_interrupted_stage_resumes_from_its_partial_copy(
