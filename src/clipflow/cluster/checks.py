@@ -20,20 +20,20 @@ from __future__ import annotations
 
 import json
 import platform
-import shlex
 from dataclasses import asdict, dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from clipflow.cluster.hostsfile import Host
 from clipflow.cluster.plan import Plan
+from clipflow.cluster.remote_python import RemoteScriptError, run_remote_python
 from clipflow.cluster.ssh import SshSettings, connect
 from clipflow.cluster.storage_decision import StorageDecision, StorageMarker, decide_storage, judge_paths
 from clipflow.errors import ClipflowError
 
 PROBE = """
 import json, os, platform, shutil, socket, sys
-want = json.loads(sys.argv[1])
+want = json.load(sys.stdin)
 out = {"python": platform.python_version()}
 for name in ("torch", "clipflow"):
     try:
@@ -74,7 +74,7 @@ where = os.path.expanduser(want["disk"] or "~")
 while not os.path.exists(where):
     where = os.path.dirname(where) or "/"
 out["free_gb"] = round(shutil.disk_usage(where).free / 1e9, 1)
-print("CLIPFLOW_PROBE " + json.dumps(out))
+print("CLIPFLOW_REPLY " + json.dumps(out))
 """
 
 
@@ -111,30 +111,23 @@ def check_host(
     marker: dict[str, str] | None = None,
 ) -> HostCheck:
     """Run the probe on ``host``; every problem is recorded (none raised). ``marker`` (path, token, host): the
-    storage marker the host looks for and answers (:mod:`clipflow.cluster.storage_decision`); the paths'
-    existence is then recorded as facts and judged once the storage is decided (:func:`check_plan`)."""
+    storage marker the host looks for and answers (:mod:`clipflow.cluster.storage_decision`). The paths'
+    existence is recorded as facts, judged by :func:`check_plan` once the storage is known."""
     check = HostCheck(str(host))
+    want = {"paths": paths, "ports": ports, "disk": disk_path, "marker": marker}
     try:
         with connect(host, settings) as conn:
-            want = json.dumps({"paths": paths, "ports": ports, "disk": disk_path, "marker": marker})
-            cmd = shlex.join([python, "-c", PROBE, want])
-            result = conn.run(cmd, hide=True, warn=True, in_stream=False, timeout=60)
+            facts = run_remote_python(conn, python, PROBE, want, 60)
     except ClipflowError as exc:
         check.fail(f"ssh: {exc}")
         return check
-    line = next((x for x in result.stdout.splitlines() if x.startswith("CLIPFLOW_PROBE ")), None)
-    if line is None:
-        err = (result.stderr.strip().splitlines() or [f"exit status {result.exited}"])[-1]
-        check.fail(f"cannot run {python} there ({err}); set cluster.python to the Python the roles should use")
+    except RemoteScriptError as exc:
+        check.fail(f"cannot run {python} there ({exc.why}); set cluster.python to the Python the roles should use")
         return check
-    facts = json.loads(line.removeprefix("CLIPFLOW_PROBE "))
     check.facts = facts
     for name, here in local_versions().items():
         if facts.get(name) != here:
             check.fail(f"{name} {facts.get(name)} there, {here} on the launching node")
-    for path, exists in facts["paths"].items():
-        if not exists and marker is None:
-            check.fail(f"{path} does not exist there")
     for port, free in facts["ports"].items():
         if not free:
             check.fail(f"port {port} is in use there")
@@ -193,9 +186,9 @@ def check_plan(plan: Plan, paths: list[str], min_free_gb: float, out: str | Path
             checks.append(check_host(host, settings, plan.python, paths, ports, plan.workdir, min_free_gb,
                                      marker.request(index)))  # fmt: skip
         decision = decide_storage(storage, marker, checks) if storage else None
+    for check in checks:  # without a storage decision the paths must exist, as with shared storage
+        judge_paths(check, decision.mode if decision else "shared")
     if decision is not None:
-        for check in checks:
-            judge_paths(check, decision)
         log(f"clipflow cluster: storage {decision.mode} ({decision.setting}): {decision.reason}")
     log(format_table(checks))
     write_checks(checks, out, decision)

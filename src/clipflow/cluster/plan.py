@@ -75,6 +75,23 @@ class Plan:
         keys = f" (keys in {self.keys_dir})" if self.keys_dir else ""
         return [*lines, f"parameter-server security: {self.security}{keys}"]
 
+    def role_hosts(self) -> list[str]:
+        """The hosts that run a role, in the plan's order (as its roles name them)."""
+        return list(dict.fromkeys(r.host for r in self.roles))
+
+    def rank0_host(self) -> str:
+        """The host of worker 0 (rank 0 writes the run's files); ClipflowError when the plan places none."""
+        host = next((r.host for r in self.roles if r.role == "worker" and r.rank == 0), None)
+        if host is None:
+            raise ClipflowError(
+                f"the cluster plan places no worker 0 (hosts {', '.join(self.hosts)}); rerun the cluster stage"
+            )
+        return host
+
+    def worker_ranks(self, host: str) -> list[int]:
+        """The ranks of the workers on ``host`` (as the plan's roles name it)."""
+        return [r.rank for r in self.roles if r.role == "worker" and r.host == host]
+
     def runs_scheduler(self, host: Host) -> bool:
         return self.roles[0].host == str(replace(host, slots=1))
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import posixpath
-import shlex
 import subprocess
 import tempfile
 import threading
@@ -43,11 +42,12 @@ from typing import TYPE_CHECKING
 from clipflow.checksums import sha256_of
 from clipflow.cluster.hostsfile import Host
 from clipflow.cluster.plan import Plan
+from clipflow.cluster.remote_python import RemoteScriptError, run_remote_python
 from clipflow.cluster.ssh import SshSettings, connect
 from clipflow.cluster.storage import read_storage
 from clipflow.cluster.sync import rsync_failure, ssh_shell
 from clipflow.data.listfile import read_list
-from clipflow.data.scan import VideoRecord, read_video_records
+from clipflow.data.scan import RERUN, RESCAN, VideoRecord, read_video_records
 from clipflow.errors import ClipflowError
 from clipflow.files import write_text_atomic
 
@@ -56,7 +56,6 @@ if TYPE_CHECKING:
 
 RECORD = ".clipflow-staged.json"
 PARTIAL_DIR = ".clipflow-partial"
-RESCAN = "snakemake --forcerun data_scan"
 PROGRESS_EVERY_S = 2.0
 REMOTE_TIMEOUT_S = 3600.0  # a verify hashes a host's whole share
 MARK = "CLIPFLOW_STAGE "
@@ -92,7 +91,7 @@ for path in want["files"] if isinstance(record, dict) else []:
         continue
     if isinstance(entry, dict):
         out["staged"][path] = {"entry": entry, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-print("CLIPFLOW_STAGE " + json.dumps(out))
+print("CLIPFLOW_REPLY " + json.dumps(out))
 """
 
 # Run with the plan's Python on a host; reads {"folder", "check": {path: sha256}} on stdin.
@@ -135,7 +134,7 @@ try:
 except BaseException:
     os.unlink(tmp)
     raise
-print("CLIPFLOW_STAGE " + json.dumps({"bad": bad}))
+print("CLIPFLOW_REPLY " + json.dumps({"bad": bad}))
 """
 
 # Run with the plan's Python on a host; reads {"stage_dir", "name"} on stdin.
@@ -159,7 +158,7 @@ for folder in folders:
         size = sum(os.lstat(os.path.join(d, n)).st_size for d, _, names in os.walk(folder) for n in names)
         shutil.rmtree(folder)
         out["removed"].append([folder, size])
-print("CLIPFLOW_STAGE " + json.dumps(out))
+print("CLIPFLOW_REPLY " + json.dumps(out))
 """
 
 
@@ -224,7 +223,7 @@ def host_shares(plan: Plan, index_dir: str | Path, splits_dir: str | Path) -> di
     for host in plan.host_list():
         key = str(replace(host, slots=1))
         share = HostShare(host, key)
-        ranks = [r.rank for r in plan.roles if r.role == "worker" and r.host == key]
+        ranks = plan.worker_ranks(key)
         train = dict.fromkeys(e.path for r in ranks for e in read_list(Path(splits_dir) / f"worker{r}.lst"))
         val_paths = dict.fromkeys(e.path for r in ranks for e in val[r :: plan.num_workers])
         share.files = list(dict.fromkeys([*train, *val_paths]))
@@ -240,7 +239,7 @@ def check_records(shares: dict[str, HostShare], records: dict[str, VideoRecord],
             if path not in records:
                 raise ClipflowError(
                     f"{path}, in the lists of {share.key}'s workers, is not in {Path(index_dir) / 'videos.json'}: "
-                    f"the index and the lists disagree; rerun the data stage ({RESCAN})"
+                    f"the index and the lists disagree; {RERUN}"
                 )
 
 
@@ -266,20 +265,12 @@ def check_sources(paths: list[str], records: dict[str, VideoRecord], root: str |
 
 
 def remote_python(conn: Connection, python: str, script: str, payload: dict, timeout_s: float) -> dict:
-    """Run ``script`` with ``python`` on the connection's host, ``payload`` as JSON on its stdin; the JSON object
-    it prints after :data:`MARK`. A script that cannot run is a ClipflowError with its last stderr line."""
-    stdin, stdout, stderr = conn.client.exec_command(shlex.join([python, "-c", script]), timeout=timeout_s)
-    stdin.write(json.dumps(payload))
-    stdin.flush()
-    stdin.channel.shutdown_write()
-    out = stdout.read().decode(errors="replace")
-    err = stderr.read().decode(errors="replace")
-    status = stdout.channel.recv_exit_status()
-    line = next((x for x in out.splitlines() if x.startswith(MARK)), None)
-    if status != 0 or line is None:
-        why = (err.strip().splitlines() or [f"exit status {status}"])[-1]
-        raise ClipflowError(f"{conn.host}: the stage's check cannot run with {python} there ({why})")
-    return json.loads(line.removeprefix(MARK))
+    """:func:`clipflow.cluster.remote_python.run_remote_python`, a script that does not answer a ClipflowError
+    naming the host."""
+    try:
+        return run_remote_python(conn, python, script, payload, timeout_s)
+    except RemoteScriptError as exc:
+        raise ClipflowError(f"{conn.host}: the stage's check cannot run with {python} there ({exc.why})") from None
 
 
 def probe_host(share: HostShare, records: dict[str, VideoRecord], settings: SshSettings, python: str,

@@ -18,7 +18,6 @@ FIX = "rerun the staging stage (clipflow cluster stage)"
 class Staged:
     storage: str  # shared | local
     roots: dict[str, str] = field(default_factory=dict)  # plan host -> the staged data root there (may start ~/)
-    facts: dict = field(default_factory=dict)  # the whole file, for the report
 
     @property
     def local(self) -> bool:
@@ -49,7 +48,7 @@ def read_staged(path: str | Path) -> Staged:
     data = read_json_object(path, "staging record", f"the JSON object `clipflow cluster stage` writes; {FIX}")
     storage = data.get("storage")
     if storage == "shared":
-        return Staged("shared", {}, data)
+        return Staged("shared")
     hosts = data.get("hosts")
     if (
         storage != "local"
@@ -57,4 +56,4 @@ def read_staged(path: str | Path) -> Staged:
         or not all(isinstance(h, dict) and isinstance(h.get("root"), str) for h in hosts.values())
     ):
         raise ClipflowError(f"staging record {path}: not one `clipflow cluster stage` wrote (storage, hosts); {FIX}")
-    return Staged("local", {host: facts["root"] for host, facts in hosts.items()}, data)
+    return Staged("local", {host: facts["root"] for host, facts in hosts.items()})

@@ -95,9 +95,10 @@ def decide_storage(setting: str, marker: StorageMarker, checks: list) -> Storage
     return StorageDecision(setting, "local", f"not every host shares this folder ({reasons})")
 
 
-def judge_paths(check, decision: StorageDecision) -> None:
-    """The paths the run reads must exist on every host with shared storage; with local storage they are staged."""
-    if decision.mode == "shared":
+def judge_paths(check, mode: str) -> None:
+    """The paths the run reads must exist on every host with shared storage (``mode``); with local storage they
+    are staged."""
+    if mode == "shared":
         for path, exists in check.facts.get("paths", {}).items():
             if not exists:
                 check.fail(f"{path} does not exist there")

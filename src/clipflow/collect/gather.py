@@ -24,9 +24,10 @@ from typing import NoReturn
 
 import paramiko
 
-from clipflow.checksums import SUFFIX, parse_checksum, sha256_of
+from clipflow.checksums import SUFFIX
 from clipflow.cluster.plan import Plan, Role
 from clipflow.collect.hostfiles import open_host
+from clipflow.collect.transfer import fetch_checked
 from clipflow.errors import ClipflowError
 from clipflow.files import write_text_atomic
 from clipflow.host_log import host_log_path
@@ -77,11 +78,7 @@ def collect(plan: Plan, log_dir: str, checkpoint_root: str, model: str, out: Pat
     """The files of the module's docstring into ``out``. ``host_dir``: the run's folder on hosts with their own
     disks (storage local): the roles worked there, and rank 0's history, run facts and TensorBoard files, which
     exist only on its host, come home too."""
-    rank0 = next((r for r in plan.roles if r.role == "worker" and r.rank == 0), None)
-    if rank0 is None:
-        raise ClipflowError(
-            f"the cluster plan places no worker 0 (hosts {', '.join(plan.hosts)}); rerun the cluster stage"
-        )
+    rank0_host = plan.rank0_host()
     out, partial = check_out(out)
     try:
         (out / MANIFEST).unlink(missing_ok=True)  # an earlier collection must not pass for this one
@@ -94,7 +91,7 @@ def collect(plan: Plan, log_dir: str, checkpoint_root: str, model: str, out: Pat
         raise ClipflowError(f"cannot write the collection to --out {out} ({exc.strerror or exc})") from None
     files: list[Collected] = []
     problems: list[str] = []
-    for host in dict.fromkeys(r.host for r in plan.roles):
+    for host in plan.role_hosts():
         roles = [r for r in plan.roles if r.host == host and (backend == "ps" or r.role == "worker")]
         if not roles:
             continue
@@ -105,7 +102,7 @@ def collect(plan: Plan, log_dir: str, checkpoint_root: str, model: str, out: Pat
             continue
         try:
             wanted = [_log(r, log_dir) for r in roles]
-            if host == rank0.host:
+            if host == rank0_host:
                 wanted += _rank0_files(where, checkpoint_root, model, backend, problems, own_disk=bool(host_dir))
             for item in wanted:
                 got = _fetch(where, item, partial, problems)
@@ -229,35 +226,18 @@ def _rank0_files(where, checkpoint_root: str, model: str, backend: str, problems
 
 
 def _fetch(where, item: Wanted, partial: Path, problems: list[str]) -> Collected | None:
-    shown = f"host {where.host}: {where.shown(item.remote)}"
-    if not where.exists(item.remote):
-        problems.append(f"{shown}: missing")
-        return None
-    if not where.exists(item.remote + SUFFIX):
-        problems.append(
-            f"{shown}: no checksum {posixpath.basename(item.remote)}{SUFFIX} beside it: its writer did not finish "
-            "(killed?) or it was not written by this clipflow"
-        )
-        return None
-    try:
-        recorded = parse_checksum(where.read_text(item.remote + SUFFIX), posixpath.basename(item.remote))
-    except (OSError, ValueError) as exc:
-        problems.append(f"{shown}{SUFFIX}: unreadable checksum ({exc})")
-        return None
+    """``item`` copied into ``partial`` and checked (:func:`clipflow.collect.transfer.fetch_checked`); a problem
+    recorded instead when it is missing, unchecked, damaged or its copy fails."""
     local = partial / item.local
     try:
-        where.copy(item.remote, local)
+        digest = fetch_checked(where, item.remote, local, checksum_beside=False)
+    except ClipflowError as exc:
+        problems.append(str(exc))
+        return None
     except OSError as exc:  # LOST beyond OSError goes up to the host's loop: nothing more comes from it
-        problems.append(f"{shown}: the copy failed ({exc})")
+        problems.append(f"host {where.host}: {where.shown(item.remote)}: the copy failed ({exc})")
         return None
-    copied = sha256_of(local)
-    if copied != recorded:
-        problems.append(
-            f"{shown}: sha256 recorded {recorded[:12]}... but the copy has {copied[:12]}...: damaged on the host "
-            "or in transit"
-        )
-        return None
-    return Collected(where.host, item.kind, item.role, item.rank, where.shown(item.remote), str(local), copied,
+    return Collected(where.host, item.kind, item.role, item.rank, where.shown(item.remote), str(local), digest,
                      local.stat().st_size, True)  # fmt: skip
 
 

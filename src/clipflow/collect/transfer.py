@@ -13,22 +13,27 @@ from clipflow.files import temp_beside, write_text_atomic
 
 
 def recorded_sha256(where, remote: str) -> str:
-    """The sha256 that ``remote``'s writer recorded beside it on ``where``'s host; ClipflowError naming the file
-    when there is none (its writer did not finish) or it cannot be read."""
-    shown = f"{where.host}: {where.shown(remote)}"
+    """The sha256 that ``remote``'s writer recorded beside it on ``where``'s host; ClipflowError naming the host
+    and the file when the file is missing, has no checksum (its writer did not finish) or one that cannot be
+    read."""
+    shown = f"host {where.host}: {where.shown(remote)}"
     if not where.exists(remote):
         raise ClipflowError(f"{shown}: missing")
     if not where.exists(remote + SUFFIX):
-        raise ClipflowError(f"{shown}: no {posixpath.basename(remote)}{SUFFIX} beside it: its writer did not finish")
+        raise ClipflowError(
+            f"{shown}: no checksum {posixpath.basename(remote)}{SUFFIX} beside it: its writer did not finish "
+            "(killed?) or it was not written by this clipflow"
+        )
     try:
         return parse_checksum(where.read_text(remote + SUFFIX), posixpath.basename(remote))
     except (OSError, ValueError) as exc:
         raise ClipflowError(f"{shown}{SUFFIX}: unreadable checksum ({exc})") from None
 
 
-def fetch_checked(where, remote: str, local: str | Path) -> str:
-    """``remote`` on ``where``'s host copied to ``local`` (atomically, with its ``.sha256``) when the copy's sha256
-    is the recorded one; the digest. ClipflowError naming the host and the file otherwise (``local`` untouched)."""
+def fetch_checked(where, remote: str, local: str | Path, checksum_beside: bool = True) -> str:
+    """``remote`` on ``where``'s host copied to ``local`` (atomically; with its ``.sha256`` unless not
+    ``checksum_beside``) when the copy's sha256 is the recorded one; the digest. ClipflowError naming the host
+    and the file otherwise, ``local`` untouched; an OSError of the copy itself goes up as it is."""
     local = Path(local)
     recorded = recorded_sha256(where, remote)
     local.parent.mkdir(parents=True, exist_ok=True)
@@ -37,12 +42,13 @@ def fetch_checked(where, remote: str, local: str | Path) -> str:
         got = sha256_of(tmp)
         if got != recorded:
             raise ClipflowError(
-                f"{where.host}: {where.shown(remote)}: sha256 recorded {recorded[:12]}... but the copy has "
+                f"host {where.host}: {where.shown(remote)}: sha256 recorded {recorded[:12]}... but the copy has "
                 f"{got[:12]}...: damaged on the host or in transit"
             )
         checksum_path(local).unlink(missing_ok=True)
         os.replace(tmp, local)
-    write_text_atomic(checksum_path(local), f"{got}  {local.name}\n")
+    if checksum_beside:
+        write_text_atomic(checksum_path(local), f"{got}  {local.name}\n")
     return got
 
 

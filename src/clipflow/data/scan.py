@@ -36,7 +36,8 @@ NOT_IN_FAILURES = ("from_journal", "size", "mtime_ns", "sha256")  # a failure in
 MEASURED = ("num_frames", "fps", "duration", "width", "height", "error", "sha256")  # what a journal line keeps
 VIDEOS = "videos.json"  # the kept videos' size, mtime_ns and sha256, beside the lists
 VIDEOS_VERSION = 1
-RERUN = "rerun the data stage (snakemake --forcerun data_scan)"
+RESCAN = "snakemake --forcerun data_scan"  # how a workflow user scans again
+RERUN = f"rerun the data stage ({RESCAN})"
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 Stamp = tuple[int, int] | None  # (size, mtime_ns) of a video file; None when it cannot be stat'ed

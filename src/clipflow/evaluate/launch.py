@@ -41,9 +41,9 @@ def launch_evaluation(plan_path: str, model: str, list_path: str, root: str, out
 def evaluate_on_own_disks(job: EvalJob, local: HostRun, log_dir: str, grace: float) -> int:
     """The evaluation on hosts with their own disks, in ``<run folder>/evaluate`` there."""
     from clipflow.collect.transfer import fetch_checked
-    from clipflow.train.host_run import open_remote, push_job_files, rank0_host, role_hosts
+    from clipflow.train.host_run import open_remote, push_job_files
 
-    local.staged.check_hosts(role_hosts(job.plan), "evaluate launch")
+    local.staged.check_hosts(job.plan.role_hosts(), "evaluate launch")
     folder = f"{local.folder}/evaluate"
     remote = job.on_host(folder, local.staged.root())
     job_file = remote.write(log_dir)
@@ -55,7 +55,7 @@ def evaluate_on_own_disks(job: EvalJob, local: HostRun, log_dir: str, grace: flo
     command = job_command("evaluate", f"{folder}/{JOB_FILE}")
     code = launch_workers(job.plan, command, "ddp", log_dir, grace, host_logs=False, workdir=local.folder)
     if code == 0:
-        where = open_remote(job.plan, rank0_host(job.plan))
+        where = open_remote(job.plan, job.plan.rank0_host())
         try:
             fetch_checked(where, str(remote.out), job.out)
         finally:

@@ -127,9 +127,8 @@ def _copy_from_rank0(plan, root: str, into: Path) -> tuple[Path, str]:
     into ``into``, its checkpoints listed (empty files of their names); (the copy, host:folder)."""
     from clipflow.collect.hostfiles import open_host
     from clipflow.train.checkpoint import NAME
-    from clipflow.train.host_run import rank0_host
 
-    host = rank0_host(plan)
+    host = plan.rank0_host()
     where = open_host(plan, host)
     try:
         runs = [f"{root}/{name}" for name in where.subfolders(root) if where.exists(f"{root}/{name}/{RUN_FACTS}")]

@@ -27,19 +27,10 @@ from clipflow.train.job import TrainJob
 RUN_FILES = ("metrics.jsonl", RUN_FACTS, "best.pt", "best.json")  # beside the checkpoints, carried with them
 
 
-def rank0_host(plan: Plan) -> str:
-    return next(r.host for r in plan.roles if r.role == "worker" and r.rank == 0)
-
-
-def role_hosts(plan: Plan) -> list[str]:
-    """The hosts that run a role of the plan, in the plan's order."""
-    return list(dict.fromkeys(r.host for r in plan.roles))
-
-
 def push_job_files(plan: Plan, files: Callable[[str], dict[str, Path]], log=print) -> None:
     """On every host of ``plan``, ``files(host)`` (remote path -> local file) put there, each checked; a secret
     (a CURVE ``*_secret`` key) readable by its owner only."""
-    for host in role_hosts(plan):
+    for host in plan.role_hosts():
         where = open_remote(plan, host)
         try:
             for remote, local in files(host).items():
@@ -91,9 +82,9 @@ def place_newest_checkpoint(home_job: TrainJob, host_job: TrainJob, log=print) -
     run = run_folder_name(home_job)
     home = home_job.paths.checkpoint_root / run
     remote = f"{host_job.paths.checkpoint_root}/{run}"
-    target = rank0_host(plan)
+    target = plan.rank0_host()
     found: list[tuple[tuple[int, int], str]] = []
-    for host in role_hosts(plan):
+    for host in plan.role_hosts():
         try:
             where = open_remote(plan, host)
         except ClipflowError as exc:
@@ -140,7 +131,7 @@ def place_newest_checkpoint(home_job: TrainJob, host_job: TrainJob, log=print) -
 
 def fetch_outputs(home_job: TrainJob, host_job: TrainJob, log=print) -> None:
     """Rank 0's final model and history, from its host to the paths the workflow declared, checked."""
-    where = open_remote(home_job.plan, rank0_host(home_job.plan))
+    where = open_remote(home_job.plan, home_job.plan.rank0_host())
     try:
         fetch_checked(where, str(host_job.paths.model_out), home_job.paths.model_out)
         fetch_checked(where, str(host_job.paths.metrics_out), home_job.paths.metrics_out)
@@ -154,7 +145,7 @@ def keep_home_copy(home_job: TrainJob, host_job: TrainJob, log=print) -> None:
     run = run_folder_name(home_job)
     remote = f"{host_job.paths.checkpoint_root}/{run}"
     try:
-        where = open_remote(home_job.plan, rank0_host(home_job.plan))
+        where = open_remote(home_job.plan, home_job.plan.rank0_host())
     except ClipflowError as exc:
         log(f"clipflow: no copy of the newest checkpoint made at home ({exc})")
         return

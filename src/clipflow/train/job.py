@@ -163,9 +163,10 @@ class TrainJob:
             seed=data["seed"],
         )
 
-    def write(self) -> Path:
-        """Writes the job to :attr:`file` (atomically, recorded as clipflow's: :meth:`made`); returns that path."""
-        return self.made().write_text(JOB_FILE, json.dumps(self.to_dict(), indent=2) + "\n")
+    def write(self, into: Made | None = None) -> Path:
+        """Writes the job to :attr:`file` (atomically, recorded as clipflow's: :meth:`made`), or as job.json to the
+        folder of ``into`` (the job the hosts run, kept beside the run's checkpoints here); returns that path."""
+        return (into or self.made()).write_text(JOB_FILE, json.dumps(self.to_dict(), indent=2) + "\n")
 
     def made(self) -> Made:
         """The record of the checkpoint root, where the job file goes: its :meth:`Made.check` refuses a job.json

@@ -10,7 +10,6 @@ servers and workers running the program with the DMLC_* variables set.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -123,16 +122,15 @@ def launch_on_own_disks(job: TrainJob, local: HostRun, log_dir: str, grace: floa
     the newest checkpoint)."""
     from clipflow.train import host_run
 
-    local.staged.check_hosts(host_run.role_hosts(job.plan), "train launch")
+    local.staged.check_hosts(job.plan.role_hosts(), "train launch")
     keys = host_run.key_files(job.plan, f"{local.folder}/ps_keys")  # the roles read the job's keys there
     plan = replace(job.plan, keys_dir=f"{local.folder}/ps_keys" if keys else "")
     remote = replace(job, plan=plan, paths=job.paths.on_host(local.folder, local.staged.root()))
-    job_file = job.made().write_text(JOB_FILE, json.dumps(remote.to_dict(), indent=2) + "\n")
+    job_file = remote.write(job.made())
 
     def files(host: str) -> dict[str, Path]:
-        ranks = [r.rank for r in plan.roles if r.role == "worker" and r.host == host]
         wanted = {f"{local.folder}/{JOB_FILE}": job_file, **keys}
-        wanted.update({str(remote.paths.shard(rank)): job.paths.shard(rank) for rank in ranks})
+        wanted.update({str(remote.paths.shard(rank)): job.paths.shard(rank) for rank in plan.worker_ranks(host)})
         if job.paths.val_list is not None and remote.paths.val_list is not None:
             wanted[str(remote.paths.val_list)] = job.paths.val_list
         return wanted
