@@ -23,8 +23,9 @@ def tiny_job_dict(folder: Path, backend: str = "ps", workers: int = 2, port: int
         "ps": {"mode": "dist_sync", "update_on_kvstore": False, "compression": "none", "threshold": 0.5},
         "paths": {"splits_dir": paths["splits"], "root": paths["root"], "checkpoint_root": paths["ckpt"],
                   "model_out": paths["model.pt"], "metrics_out": paths["metrics.jsonl"], "val_list": None,
-                  "tensorboard": None},
+                  "tensorboard": None, "train_list": None},
         "seed": 0,
+        "policy": {"resume": "auto", "global_batch": "scale", "max_restarts": 0, "min_workers": None, "stop_grace": 60},
     }  # fmt: skip
 
 

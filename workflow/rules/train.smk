@@ -12,6 +12,7 @@ rule train:
         # from the newest checkpoint, wherever it is); Snakemake drops a job whose ancient input is being remade
         staged=[path for path in cluster_ready() if path == STAGED],
         splits=rules.splits.output,
+        train_list=f"{INDEX}/train.lst",
         val=f"{INDEX}/val.lst",
         recipe=RECIPE_FILE,
     output:
@@ -30,6 +31,11 @@ rule train:
         checkpoints=f"{RESULTS}/checkpoints",
         logs=f"{LOGS}/train",
         staged=staged_args(),
+        policy=" ".join(
+            f"--{name.replace('_', '-')} {config['train'][name]}"
+            for name in ("resume", "global_batch", "max_restarts", "min_workers", "stop_grace")
+            if config["train"][name] is not None
+        ),
     log:
         f"{LOGS}/train.log",
     benchmark:
@@ -40,7 +46,8 @@ rule train:
         "python -m clipflow train launch --plan {input.plan:q} --log-dir {params.logs:q}"
         " --recipe {input.recipe:q} --overrides {params.overrides:q} --splits-dir {params.splits:q}"
         " --root {params.root:q} --checkpoint-root {params.checkpoints:q} --model-out {output.model:q}"
-        " --metrics-out {output.history:q} --val-list {input.val:q} --backend {params.backend}"
+        " --metrics-out {output.history:q} --val-list {input.val:q} --train-list {input.train_list:q}"
+        " --backend {params.backend} {params.policy}"
         " --kvstore {params.kvstore} {params.on_servers}"
         " --compression {params.compression[type]} --compression-threshold {params.compression[threshold]}"
         " --seed {params.seed} {params.tensorboard} {params.staged} 2>&1 | tee {log:q}"

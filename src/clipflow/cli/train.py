@@ -10,7 +10,8 @@ from clipflow.errors import ClipflowError
 from clipflow.schemas import config_defaults
 
 JOB_INPUTS = ("plan", "recipe", "splits_dir", "root", "checkpoint_root", "model_out", "metrics_out")
-PATHS = ("splits_dir", "root", "checkpoint_root", "model_out", "metrics_out", "val_list", "tensorboard")
+PATHS = ("splits_dir", "root", "checkpoint_root", "model_out", "metrics_out", "val_list", "tensorboard", "train_list")
+POLICY = ("resume", "global_batch", "max_restarts", "min_workers", "stop_grace")
 SETTINGS = (
     "overrides",
     "val_list",
@@ -21,6 +22,8 @@ SETTINGS = (
     "compression",
     "compression_threshold",
     "seed",
+    "train_list",
+    *POLICY,
 )  # flags that make a job, unset unless typed (their defaults: below)
 
 
@@ -60,9 +63,10 @@ def job_from_args(a: argparse.Namespace):
     ps = {"mode": setting(a, "kvstore", train["kvstore"]), "update_on_kvstore": a.update_on_kvstore,
           "compression": setting(a, "compression", compression["type"]),
           "threshold": setting(a, "compression_threshold", compression["threshold"])}  # fmt: skip
+    policy = {name: setting(a, name, train[name]) for name in POLICY}
     recipe = load_recipe(a.recipe, json_object(a.overrides or "{}"))
     return TrainJob.create(Plan.read(a.plan), recipe, setting(a, "backend", train["backend"]), ps, paths,
-                           setting(a, "seed", train["seed"]), "train launch")  # fmt: skip
+                           setting(a, "seed", train["seed"]), "train launch", policy)  # fmt: skip
 
 
 def cmd_launch(a: argparse.Namespace) -> int:
@@ -112,6 +116,27 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"gradient compression (default: {compression['type']})")  # fmt: skip
     p.add_argument("--compression-threshold", type=positive, help=f"default: {compression['threshold']}")
     p.add_argument("--seed", type=int, help=f"default: {defaults['seed']}")
+    p.add_argument("--train-list", default="", help="the list the worker lists were split from: a resumed run "
+                   "checks its content, a resize re-splits it (default: none)")  # fmt: skip
+    p.add_argument(
+        "--resume",
+        choices=["auto", "never"],
+        help="auto: from the newest checkpoint whatever changed, "
+        f"or refused naming why; never: afresh, the old checkpoints moved aside (default: {defaults['resume']})",
+    )
+    p.add_argument(
+        "--global-batch",
+        choices=["keep", "scale"],
+        help="another worker count on resume: keep the "
+        f"global batch (accumulate) or scale the learning rate (default: {defaults['global_batch']})",
+    )
+    p.add_argument(
+        "--max-restarts", type=whole(0), help=f"relaunches after a failure (default: {defaults['max_restarts']})"
+    )
+    p.add_argument("--min-workers", type=whole(1), help="a restart goes on while this many workers remain "
+                   "(default: all of them)")  # fmt: skip
+    p.add_argument("--stop-grace", type=positive, help="seconds to finish the step and checkpoint after SIGTERM or "
+                   f"SIGUSR1 (default: {defaults['stop_grace']})")  # fmt: skip
     p.add_argument("--staged", default="", help="the staging stage's staged.json: with storage local the hosts "
                    "read the staged videos and keep the run's files in --host-dir")  # fmt: skip
     p.add_argument("--host-dir", default="", help="storage local: the run's folder on the hosts (~/: home)")

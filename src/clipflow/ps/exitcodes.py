@@ -5,3 +5,4 @@ status) from the echoes (this one): the echoes only repeat the scheduler's reaso
 """
 
 ABORTED = 75  # EX_TEMPFAIL: not this process's fault; fix the cause and rerun
+RESUMABLE = 79  # stopped on notice (SIGTERM/SIGUSR1 to the launcher) after a checkpoint: rerun to go on

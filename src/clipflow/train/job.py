@@ -53,6 +53,21 @@ class PSSettings:
 
 
 @dataclass(frozen=True)
+class RunPolicy:
+    """How a run goes on across failures, resizes and notices (config.yaml's train section; defaults there)."""
+
+    resume: str = "auto"  # auto: from the newest checkpoint, or refused naming what makes it invalid; never: afresh
+    global_batch: str = "scale"  # another worker count on resume: keep the global batch (accumulate) or scale lr
+    max_restarts: int = 0  # relaunches after a failure, from the newest checkpoint
+    min_workers: int | None = None  # a restart goes on while this many workers remain (None: all of them)
+    stop_grace: float = 60.0  # seconds to finish the step and checkpoint after SIGTERM/SIGUSR1 to the launcher
+
+    def fewest_workers(self, num_workers: int) -> int:
+        """The fewest workers a restart may go on with."""
+        return num_workers if self.min_workers is None else self.min_workers
+
+
+@dataclass(frozen=True)
 class TrainPaths:
     """Where a run reads and writes, absolute (as every host of the plan names them)."""
 
@@ -63,6 +78,7 @@ class TrainPaths:
     metrics_out: Path
     val_list: Path | None = None  # validation during training (train.eval_every) when given
     tensorboard: Path | None = None  # rank 0's TensorBoard event files go here when given
+    train_list: Path | None = None  # the list the worker lists were split from (resume checks, resize re-splits)
 
     def shard(self, rank: int) -> Path:
         """Worker ``rank``'s list."""
@@ -86,7 +102,8 @@ class TrainPaths:
         return TrainPaths(splits_dir=under("splits"), root=Path(root), checkpoint_root=under("checkpoints"),
                           model_out=under("train", "model_final.pt"), metrics_out=under("train", "metrics.jsonl"),
                           val_list=under("val.lst") if self.val_list else None,
-                          tensorboard=under("tensorboard") if self.tensorboard else None)  # fmt: skip
+                          tensorboard=under("tensorboard") if self.tensorboard else None,
+                          train_list=under("train.lst") if self.train_list else None)  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: dict[str, str | None]) -> TrainPaths:
@@ -104,6 +121,7 @@ class TrainJob:
     ps: PSSettings
     paths: TrainPaths
     seed: int
+    policy: RunPolicy = RunPolicy()
 
     @property
     def file(self) -> Path:
@@ -129,16 +147,18 @@ class TrainJob:
             "ps": asdict(self.ps),
             "paths": self.paths.to_dict(),
             "seed": self.seed,
+            "policy": asdict(self.policy),
         }
 
     @classmethod
     def create(cls, plan: Plan, recipe: dict, backend: str, ps: dict, paths: dict[str, str | None], seed: int,
-               what: str = "job") -> TrainJob:  # fmt: skip
+               what: str = "job", policy: dict | None = None) -> TrainJob:  # fmt: skip
         """The job of these inputs, checked as a job file is (:meth:`from_dict`); ``paths`` (TrainPaths' fields,
         None for an optional one not given) are made absolute: every host of the plan names them so."""
         absolute = {name: None if path is None else str(Path(path).absolute()) for name, path in paths.items()}
         return cls.from_dict({"version": VERSION, "plan": plan.to_dict(), "recipe": recipe, "backend": backend,
-                              "ps": ps, "paths": absolute, "seed": seed}, what)  # fmt: skip
+                              "ps": ps, "paths": absolute, "seed": seed,
+                              "policy": asdict(RunPolicy(**(policy or {})))}, what)  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: object, what: str = "job") -> TrainJob:
@@ -150,6 +170,13 @@ class TrainJob:
     @classmethod
     def _checked(cls, data: dict, what: str) -> TrainJob:
         ps = PSSettings(**data["ps"])
+        policy = RunPolicy(**data["policy"])
+        workers = data["plan"]["num_workers"]
+        if policy.min_workers is not None and policy.min_workers > workers:
+            raise ClipflowError(
+                f"{what}: min_workers {policy.min_workers} is more than the plan's {workers} workers; "
+                f"give at most {workers} (train.min_workers, --min-workers)"
+            )
         try:
             ps.check_for(data["backend"])
         except ClipflowError as exc:
@@ -161,6 +188,7 @@ class TrainJob:
             ps=ps,
             paths=TrainPaths.from_dict(data["paths"]),
             seed=data["seed"],
+            policy=policy,
         )
 
     def write(self, into: Made | None = None) -> Path:
