@@ -30,7 +30,7 @@ def scan_args(tmp_path: Path, train: Path, val: Path | None = None, *more: str) 
 
 def a_run(tmp_path: Path, facts: bytes | None = None, metrics: bytes | None = None) -> list[str]:
     """``clipflow status`` of a run whose run.json and metrics.jsonl hold the given bytes (else good ones)."""
-    folder = tmp_path / "results" / "tiny" / "checkpoints" / "abc123"
+    folder = tmp_path / "results" / "tiny" / "checkpoints"
     folder.mkdir(parents=True)
     (folder / "run.json").write_bytes(facts if facts is not None else json.dumps(FACTS).encode())
     (folder / "metrics.jsonl").write_bytes(metrics if metrics is not None else json.dumps(EPOCH).encode() + b"\n")

@@ -53,7 +53,7 @@ def test_every_log_and_the_checkpoints_come_home_verified(trained: Path) -> None
     logs = {f"{f['role']}-{f['rank']}": f for f in files if f["kind"] == "log"}
     assert sorted(logs) == ROLES
     assert {f["kind"] for f in files} == {"log", "model", "checkpoint", "best", "best_facts"}
-    folder = next(p for p in (trained / "ckpt").iterdir() if p.is_dir())
+    folder = trained / "ckpt"
     remote = {f["kind"]: f["remote"] for f in files}
     assert remote["checkpoint"] == str(folder / "epoch_0002.pt") and remote["model"] == str(trained / "model.pt")
     for f in files:
@@ -71,7 +71,7 @@ def test_every_log_and_the_checkpoints_come_home_verified(trained: Path) -> None
 
 def test_a_damaged_log_a_truncated_checkpoint_and_a_missing_checksum_are_each_named(trained: Path) -> None:
     log = trained / "logs" / "on-host" / "worker-0.log"  # worker 1 and the PS roles print nothing here
-    folder = next(p for p in (trained / "ckpt").iterdir() if p.is_dir())
+    folder = trained / "ckpt"
     best = folder / "best.pt"
     originals = {p: p.read_bytes() for p in (log, best)}
     server_sum = trained / "logs" / "on-host" / "server-0.log.sha256"

@@ -105,10 +105,10 @@ def test_three_hosts_with_their_own_disks_stage_train_resume_and_report(ssh_host
         assert facts["bytes"] < 0.6 * staged["total_bytes"] and facts["train_files"] == 8  # a third of 24
     assert staged["total_bytes"] > train_total
     rank0 = ssh_hosts.hosts[0]
-    run_folders = list((rank0.home / f"clipflow-jobs/{RUN}/checkpoints").iterdir())
-    assert len(run_folders) == 1 and (run_folders[0] / "epoch_0001.pt").is_file()
+    checkpoints = rank0.home / f"clipflow-jobs/{RUN}/checkpoints"  # the run's own folder, no subfolder
+    assert (checkpoints / "epoch_0001.pt").is_file() and not [p for p in checkpoints.iterdir() if p.is_dir()]
     assert not (ssh_hosts.hosts[1].home / f"clipflow-jobs/{RUN}/checkpoints").exists()  # only rank 0 writes them
-    home_copy = results / "checkpoints" / run_folders[0].name / "epoch_0001.pt"
+    home_copy = results / "checkpoints" / "epoch_0001.pt"
     assert home_copy.is_file()  # kept at home after the failure
 
     # 2. the same command (worker 1 now killed in epoch 3): only training reruns, from rank 0's local checkpoint

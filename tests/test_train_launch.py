@@ -137,12 +137,12 @@ def test_a_run_killed_inside_an_epoch_resumes_there_and_ends_with_the_uninterrup
     (tmp_path / "results" / "tiny").mkdir(parents=True)
     (tmp_path / "results" / "tiny" / "checkpoints").symlink_to(broken / "ckpt")  # results/<run>/checkpoints
     halfway = status(tmp_path / "results", "tiny")
-    run = next(p for p in (broken / "ckpt").iterdir() if p.is_dir())  # beside job.json and clipflow's record
+    run = broken / "ckpt"  # the run's own folder: its checkpoints beside job.json and clipflow's record
     epoch_1 = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
     assert (halfway["epoch"], halfway["epochs"], halfway["finished"]) == (1, 2, False)
     assert halfway["last_checkpoint"] == "epoch_0002_iter_000002.pt" and halfway["recipe"] == "slowfast_tiny_synthetic"
     assert halfway["clips_per_s"] == epoch_1["clips_per_s"] and halfway["eta_s"] == pytest.approx(epoch_1["epoch_time"])
-    folder = next(p for p in (broken / "ckpt").iterdir() if p.is_dir())
+    folder = broken / "ckpt"
     assert sorted(p.name for p in folder.glob("*.pt")) == [
         "epoch_0001.pt", "epoch_0001_iter_000002.pt", "epoch_0002_iter_000002.pt",
     ]  # fmt: skip

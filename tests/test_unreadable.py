@@ -37,7 +37,7 @@ def scan(tmp_path: Path, train: Path, root: Path | None = None, out: Path | None
 
 def a_run(tmp_path: Path) -> Path:
     """A run folder whose run.json and metrics.jsonl are good; ``clipflow status`` reads it as run "tiny"."""
-    folder = tmp_path / "results" / "tiny" / "checkpoints" / "abc123"
+    folder = tmp_path / "results" / "tiny" / "checkpoints"
     folder.mkdir(parents=True)
     (folder / "run.json").write_text(json.dumps(FACTS))
     (folder / "metrics.jsonl").write_text(json.dumps(EPOCH) + "\n")

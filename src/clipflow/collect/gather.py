@@ -2,7 +2,7 @@
 
 From every host: the log each role placed there kept (:mod:`clipflow.host_log`). From worker 0's host (rank 0
 writes the checkpoints): the final model, best.pt and best.json when validation saved them, and the newest
-checkpoint of the run's checkpoint folder (the one under the checkpoint root whose run.json is newest). Each
+checkpoint of the run's checkpoint folder (the checkpoint root, where run.json is). Each
 file comes with the ``.sha256`` its writer recorded; the copy's sha256 must equal it. Copies go to
 ``<out>.partial/``, which becomes ``<out>/`` with ``manifest.json`` only when every file is verified; otherwise
 ``<out>/`` holds no manifest and every problem is reported, each naming its host and file.
@@ -190,15 +190,13 @@ def _rank0_files(where, checkpoint_root: str, model: str, backend: str, problems
     host's own disk (``own_disk``) also the run's history and facts, and the TensorBoard files beside the
     checkpoint root (in the run's folder there)."""
     wanted = [Wanted("model", model, posixpath.basename(model))]
-    runs = [f"{checkpoint_root}/{name}" for name in where.subfolders(checkpoint_root)]
-    runs = [run for run in runs if where.exists(f"{run}/{RUN_FACTS}")]
-    if not runs:
+    run = checkpoint_root  # the run's own folder: its checkpoints straight in it
+    if not where.exists(f"{run}/{RUN_FACTS}"):
         problems.append(
-            f"host {where.host}: {where.shown(checkpoint_root)}: no checkpoint folder of a run (none holds "
-            f"{RUN_FACTS}); is --checkpoint-root the one training wrote to?"
+            f"host {where.host}: {where.shown(checkpoint_root)}: not the checkpoint folder of a run (no "
+            f"{RUN_FACTS} in it); is --checkpoint-root the one training wrote to?"
         )
         return wanted
-    run = max(runs, key=lambda r: where.mtime(f"{r}/{RUN_FACTS}"))
     try:
         trained = json.loads(where.read_text(f"{run}/{RUN_FACTS}")).get("backend")
     except (OSError, ValueError, AttributeError):

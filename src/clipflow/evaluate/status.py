@@ -1,7 +1,6 @@
 """Where a run stands: ``python -m clipflow status <run>``.
 
-Reads what the trainer's rank 0 keeps beside the checkpoints of ``results/<run>/checkpoints/
-<fingerprint>/`` (the folder written last, when settings changed between runs): ``run.json``
+Reads what the trainer's rank 0 keeps beside the checkpoints in ``results/<run>/checkpoints/``: ``run.json``
 (recipe, epochs, iterations an epoch, workers), ``metrics.jsonl`` (one line an epoch) and the
 checkpoint files. Nothing is loaded with torch, so it answers at once for any model size. A file it
 cannot read (not UTF-8, not JSON, JSON that is not an object, a record without its fields) is one
@@ -18,7 +17,6 @@ mean time of the last three epochs.
 from __future__ import annotations
 
 import json
-import posixpath
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -72,11 +70,10 @@ def run_status(results: str | Path, run: str) -> RunStatus:
         with tempfile.TemporaryDirectory(prefix="clipflow-status-") as copy:
             latest, source = _copy_from_rank0(*on_host, Path(copy))
             return _status(run, latest, source)
-    candidates = _started(folder / "checkpoints")
-    if not candidates:
-        raise ClipflowError(f"run {run!r} has not started training: no {folder}/checkpoints/*/{RUN_FACTS}")
-    latest = max(candidates, key=lambda p: (p / RUN_FACTS).stat().st_mtime)
-    return _status(run, latest, str(latest))
+    checkpoints = folder / "checkpoints"
+    if not _started(checkpoints):
+        raise ClipflowError(f"run {run!r} has not started training: no {checkpoints}/{RUN_FACTS}")
+    return _status(run, checkpoints, str(checkpoints))
 
 
 def _status(run: str, latest: Path, source: str) -> RunStatus:
@@ -123,7 +120,7 @@ def _on_own_disks(checkpoints: Path):
 
 
 def _copy_from_rank0(plan, root: str, into: Path) -> tuple[Path, str]:
-    """The newest run folder under ``root`` on the host of rank 0: its run facts, history and best record copied
+    """The run's checkpoint folder ``root`` on the host of rank 0: its run facts, history and best record copied
     into ``into``, its checkpoints listed (empty files of their names); (the copy, host:folder)."""
     from clipflow.collect.hostfiles import open_host
     from clipflow.train.checkpoint import NAME
@@ -131,11 +128,10 @@ def _copy_from_rank0(plan, root: str, into: Path) -> tuple[Path, str]:
     host = plan.rank0_host()
     where = open_host(plan, host)
     try:
-        runs = [f"{root}/{name}" for name in where.subfolders(root) if where.exists(f"{root}/{name}/{RUN_FACTS}")]
-        if not runs:
-            raise ClipflowError(f"the run has not started training: no {root}/*/{RUN_FACTS} on rank 0's host {host}")
-        latest = max(runs, key=lambda run: where.mtime(f"{run}/{RUN_FACTS}"))
-        copy = into / posixpath.basename(latest)
+        latest = root
+        if not where.exists(f"{root}/{RUN_FACTS}"):
+            raise ClipflowError(f"the run has not started training: no {root}/{RUN_FACTS} on rank 0's host {host}")
+        copy = into / "checkpoints"
         copy.mkdir()
         for name in where.names(latest):
             if name in (RUN_FACTS, "metrics.jsonl", "best.json"):
@@ -157,12 +153,13 @@ FIX_HISTORY = "the trainer writes one JSON object an epoch: remove the broken li
 FIX_BEST = "the trainer writes it beside best.pt: restore it, or remove both"
 
 
-def _started(checkpoints: Path) -> list[Path]:
-    """The run folders under ``checkpoints`` that hold a run.json; a folder this process may not look into is
-    a ClipflowError naming it (not a run that seems not to have started)."""
+def _started(checkpoints: Path) -> bool:
+    """The run's checkpoint folder holds its run.json; a folder this process may not look into is a ClipflowError
+    naming it (not a run that seems not to have started)."""
     try:
-        folders = [p for p in checkpoints.iterdir() if p.is_dir()] if checkpoints.is_dir() else []
-        return [p for p in folders if (p / RUN_FACTS).is_file()]
+        if checkpoints.is_dir():
+            list(checkpoints.iterdir())  # a folder that may not be read is named, not taken for one not started
+        return (checkpoints / RUN_FACTS).is_file()
     except PermissionError as exc:
         raise ClipflowError(f"{exc.filename} cannot be read: permission denied (check its mode and owner)") from None
 

@@ -4,16 +4,16 @@ A checkpoint file holds everything training needs to go on: weights, optimizer
 state, schedule position, epoch, RNG states, and the fingerprint of the settings it
 was made with. One made inside an epoch (train.save_every_iters) also holds how many
 iterations of it were done, the sampler's position and the epoch's totals so far; it
-is named ``epoch_EEEE_iter_IIIIII.pt``, an epoch's end ``epoch_EEEE.pt``. Files go to
-a folder of their own per fingerprint, which is not a declared output of the
-workflow, so a failed run never deletes them. Every file saved here also gets its
-sha256 recorded beside it (``<file>.sha256``), which collection checks its copies with.
+is named ``epoch_EEEE_iter_IIIIII.pt``, an epoch's end ``epoch_EEEE.pt``. Every checkpoint
+also holds the settings it was made with (``facts``: :mod:`clipflow.train.resume_check`
+compares them with a new job's). Files go straight into the run's checkpoint folder
+(``results/<run>/checkpoints/``), which is not a declared output of the workflow, so a
+failed run never deletes them. Every file saved here also gets its sha256 recorded beside
+it (``<file>.sha256``), which collection checks its copies with.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
 from pathlib import Path
@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from clipflow.checksums import checksum_path, record_checksum
+from clipflow.errors import ClipflowError
 from clipflow.files import temp_beside
 
 NAME = re.compile(r"^epoch_(\d{4,})(?:_iter_(\d{6,}))?\.pt$")
@@ -40,20 +41,6 @@ def order_points(names: list[str]) -> list[Point]:
 def point_order(point: Point) -> tuple[int, int]:
     """What sorts checkpoints oldest first: a checkpoint inside epoch e comes after e - 1's end."""
     return (point[0] - 1, point[1]) if point[1] else (point[0], 0)
-
-
-def fingerprint(recipe: dict, num_workers: int, seed: int, backend: dict, shard: Path) -> str:
-    """Settings a checkpoint is valid for: resuming under others would mix two trainings."""
-    settings = {"recipe": recipe, "workers": num_workers, "seed": seed, **backend}
-    blob = json.dumps(settings, sort_keys=True)
-    digest = hashlib.sha256(blob.encode())
-    digest.update(shard.read_bytes())
-    return digest.hexdigest()[:16]
-
-
-def run_folder_name(job) -> str:
-    """The folder of ``job``'s checkpoints under its checkpoint root: rank 0's fingerprint (its list is worker 0's)."""
-    return fingerprint(job.recipe, job.plan.num_workers, job.seed, job.identity(), job.paths.shard(0).expanduser())
 
 
 def checkpoint_name(epoch: int, iteration: int = 0) -> str:
@@ -105,17 +92,20 @@ class CheckpointStore:
     def save(self, state: dict, epoch: int, iteration: int = 0) -> Path:
         path = self.path(epoch, iteration)
         atomic_save(state, path)
-        # pruning touches only epoch_*.pt names (and their .sha256) in this folder, the run's own (named by its
-        # settings' fingerprint under the checkpoint root, made by the trainer): best.pt, best.json, run.json,
-        # job.json and anything else there are never removed; keep >= 1 (the recipe schema), so never the newest
+        # pruning touches only epoch_*.pt names (and their .sha256) in this folder, the run's own: best.pt,
+        # best.json, run.json, job.json, set-aside folders and anything else there are never removed; keep >= 1
+        # (the recipe schema), so never the newest
         for old in self.points()[: -self.keep]:
             self.path(*old).unlink(missing_ok=True)
             checksum_path(self.path(*old)).unlink(missing_ok=True)
         return path
 
     def load_newest(self) -> tuple[dict, Path] | None:
-        """The newest checkpoint that loads; a damaged one is reported and skipped, never deleted."""
-        for point in reversed(self.points()):
+        """The newest checkpoint that loads; a damaged one is reported and skipped, never deleted. None when there
+        is no checkpoint; checkpoints none of which loads are a ClipflowError naming them (never a silent fresh
+        start)."""
+        points = self.points()
+        for point in reversed(points):
             path = self.path(*point)
             try:
                 state = torch.load(path, map_location="cpu", weights_only=False)
@@ -124,4 +114,10 @@ class CheckpointStore:
                 return state, path
             except Exception as exc:
                 self.log(f"checkpoint {path} cannot be loaded ({str(exc).splitlines()[0][:120]}); trying an older one")
+        if points:
+            names = ", ".join(checkpoint_name(*point) for point in points)
+            raise ClipflowError(
+                f"{self.folder}: none of its checkpoints loads ({names}); restore a good copy there, or set "
+                "train.resume: never (--resume never) to start afresh with them set aside"
+            )
         return None

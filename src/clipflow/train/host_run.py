@@ -21,7 +21,7 @@ from clipflow.cluster.plan import Plan
 from clipflow.collect.hostfiles import LocalFiles, SftpFiles, open_host
 from clipflow.collect.transfer import fetch_checked, push_checked
 from clipflow.errors import ClipflowError
-from clipflow.train.checkpoint import RUN_FACTS, checkpoint_name, order_points, point_order, run_folder_name
+from clipflow.train.checkpoint import RUN_FACTS, checkpoint_name, order_points, point_order
 from clipflow.train.job import TrainJob
 
 RUN_FILES = ("metrics.jsonl", RUN_FACTS, "best.pt", "best.json")  # beside the checkpoints, carried with them
@@ -79,9 +79,8 @@ def place_newest_checkpoint(home_job: TrainJob, host_job: TrainJob, log=print) -
     """The newest checkpoint of the run on any host of the plan or at home, valid (its sha256 checked on the way),
     put on the host of rank 0 with the run's files beside it, unless that host holds it already."""
     plan = home_job.plan
-    run = run_folder_name(home_job)
-    home = home_job.paths.checkpoint_root / run
-    remote = f"{host_job.paths.checkpoint_root}/{run}"
+    home = home_job.paths.checkpoint_root
+    remote = str(host_job.paths.checkpoint_root)
     target = plan.rank0_host()
     found: list[tuple[tuple[int, int], str]] = []
     for host in plan.role_hosts():
@@ -142,8 +141,7 @@ def fetch_outputs(home_job: TrainJob, host_job: TrainJob, log=print) -> None:
 
 def keep_home_copy(home_job: TrainJob, host_job: TrainJob, log=print) -> None:
     """After a failure: rank 0's newest checkpoint and the run's files, home (best effort: said, never raised)."""
-    run = run_folder_name(home_job)
-    remote = f"{host_job.paths.checkpoint_root}/{run}"
+    remote = str(host_job.paths.checkpoint_root)
     try:
         where = open_remote(home_job.plan, home_job.plan.rank0_host())
     except ClipflowError as exc:
@@ -152,9 +150,9 @@ def keep_home_copy(home_job: TrainJob, host_job: TrainJob, log=print) -> None:
     try:
         point = newest_point(where, remote)
         if point is not None:
-            carry_run(where, remote, point, home_job.paths.checkpoint_root / run)
+            carry_run(where, remote, point, home_job.paths.checkpoint_root)
             log(f"clipflow: a copy of {checkpoint_name(*point)} from {where.host} is kept at home in "
-                f"{home_job.paths.checkpoint_root / run}")  # fmt: skip
+                f"{home_job.paths.checkpoint_root}")  # fmt: skip
     except (ClipflowError, OSError) as exc:
         log(f"clipflow: no copy of the newest checkpoint made at home ({exc})")
     finally:

@@ -27,6 +27,7 @@ from clipflow.files import check_output_dir, check_output_file
 from clipflow.recipe import check_span_in_lists
 from clipflow.train.job import JOB_FILE, TrainJob
 from clipflow.train.launcher import Launcher, RoleCommand, program_problem
+from clipflow.train.resume_check import check_resume, job_facts, set_aside
 from clipflow.train.roles import role_commands
 
 Command = Callable[[Role], Sequence[str]]  # a worker's clipflow arguments
@@ -90,8 +91,19 @@ def launch_training(job: TrainJob, log_dir: str, grace: float, source: Path | No
         check_span_in_lists(job.recipe, lists, "the recipe")
     if local is not None:
         return launch_on_own_disks(job, local, log_dir, grace)
+    check_resume(job.paths.checkpoint_root, job_facts(job, listed_iterations(job)), job.policy.resume)
     job_file = job.file if job_given else job.write()
     return launch_workers(job.plan, job_command("train", job_file), job.backend, log_dir, grace, host_logs=True)
+
+
+def listed_iterations(job: TrainJob) -> int | None:
+    """Iterations an epoch as rank 0's list gives them (its entries // batch size): what the launcher shows the
+    learning rate at the resume point with; rank 0 checks again with its data set's own count."""
+    shard = job.paths.shard(0)
+    if not shard.is_file():
+        return None
+    lines = [ln for ln in shard.read_text(errors="replace").splitlines() if ln.strip() and not ln.startswith("#")]
+    return len(lines) // job.recipe["train"]["batch_size"] or None
 
 
 @dataclass(frozen=True)
@@ -133,10 +145,15 @@ def launch_on_own_disks(job: TrainJob, local: HostRun, log_dir: str, grace: floa
         wanted.update({str(remote.paths.shard(rank)): job.paths.shard(rank) for rank in plan.worker_ranks(host)})
         if job.paths.val_list is not None and remote.paths.val_list is not None:
             wanted[str(remote.paths.val_list)] = job.paths.val_list
+        if job.paths.train_list is not None and remote.paths.train_list is not None:  # rank 0's resume check
+            wanted[str(remote.paths.train_list)] = job.paths.train_list
         return wanted
 
     host_run.push_job_files(plan, files)
-    host_run.place_newest_checkpoint(job, remote)
+    if job.policy.resume == "never":  # rank 0 sets aside what its host holds; the copies at home go aside here
+        set_aside(job.paths.checkpoint_root)
+    else:
+        host_run.place_newest_checkpoint(job, remote)
     command = job_command("train", f"{local.folder}/{JOB_FILE}")
     code = launch_workers(plan, command, job.backend, log_dir, grace, host_logs=True, workdir=local.folder)
     if code == 0:

@@ -26,11 +26,12 @@ from clipflow.data.loader import make_loader
 from clipflow.data.splits import EpochSampler
 from clipflow.errors import ClipflowError
 from clipflow.models import build_model, is_image_model
-from clipflow.train.checkpoint import RUN_FACTS, CheckpointStore, atomic_save, fingerprint
+from clipflow.train.checkpoint import RUN_FACTS, CheckpointStore, atomic_save
 from clipflow.train.comm import DDPComm, PSComm
 from clipflow.train.faults import FaultInjector
 from clipflow.train.job import TrainJob
 from clipflow.train.progress import TensorBoardScalars, epoch_bar, progress_interval
+from clipflow.train.resume_check import check_resume, job_facts
 from clipflow.train.schedule import Schedule, scaled_lr
 from clipflow.train.step import StepOptions
 from clipflow.train.totals import FIELDS, WORDS, Totals, checkpoint_record, from_checkpoint, gather, words_of
@@ -101,9 +102,11 @@ class Trainer:
         self.progress_s = progress_interval()
         self.sync: Any = None  # PSSync or DDPSync, made once rank 0's state is known (_resume_state)
         self.forward: Any = None  # what a step calls: the model, maybe wrapped by the sync, maybe compiled
-        run_id = fingerprint(recipe, self.num_workers, seed, job.identity(), shard)
-        self.store = CheckpointStore(paths.checkpoint_root / run_id, keep=t["keep_checkpoints"], log=log)
+        self.store = CheckpointStore(paths.checkpoint_root, keep=t["keep_checkpoints"], log=log)  # the run's own
         self.history_path = self.store.folder / "metrics.jsonl"
+        self.facts = job_facts(job, self.iters_per_epoch)  # saved in every checkpoint
+        # rank 0's checkpoint, checked against this job (or the earlier files set aside) before anything is read
+        self.found = check_resume(self.store.folder, self.facts, job.policy.resume, log) if self.rank == 0 else None
         self.faults = FaultInjector(self.rank)
         self.eval_every = t["eval_every"] if paths.val_list is not None else 0
         self.val = (
@@ -136,7 +139,7 @@ class Trainer:
         optimizer_states: dict = {}
         carried: list[Totals] = []
         if self.rank == 0:
-            found = self.store.load_newest()
+            found, self.found = self.found, None  # checked in __init__ (resume_check); not kept in memory
             if found:
                 state, path = found
                 self.model.load_state_dict(state["model"])
@@ -252,6 +255,7 @@ class Trainer:
                 **({"cuda": torch.cuda.get_rng_state(self.device)} if self.device.type == "cuda" else {}),
             },
             "recipe": self.recipe,
+            "facts": self.facts,  # the settings it was made with: a resume compares them (resume_check)
         }
         if iteration:
             state["sampler"] = self.sampler.state(iteration * self.batch_size)
