@@ -145,6 +145,6 @@ def test_three_hosts_with_their_own_disks_stage_train_resume_and_report(ssh_host
                             text=True, env={**python_env(), "HOME": str(ssh_hosts.local_home)}, timeout=60)  # fmt: skip
     assert status.returncode == 0, status.stdout + status.stderr
     assert "epoch 3/3" in status.stdout  # rank 0's own disk (the copy kept at home stopped at epoch 2)
-    assert f"read from: {new_rank0.target}:~/clipflow-jobs/{RUN}/checkpoints/" in status.stdout, status.stdout
+    assert f"read from: {new_rank0.target}:~/clipflow-jobs/{RUN}/checkpoints" in status.stdout, status.stdout
     report = (results / "report/report.html").read_text()
     assert "Storage" in report and "local (auto)" in report and str(staged["total_bytes"]) in report

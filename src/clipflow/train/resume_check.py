@@ -16,8 +16,8 @@ resumes    ``train.epochs``, ``eval_every``, ``eval_batch_size``, ``save_frequen
            ``epsilon``, ``clip_grad``), ``precision``, ``channels_last``, ``compile``,
            every ``data.*`` setting but ``data.kind`` (clip sampling and augmentation),
            the recipe's name, description and reference, ``train.seed``,
-           ``cluster.hosts``, ``cluster.placement``, ``train.backend`` and the
-           parameter server's settings
+           ``train.tensorboard``, ``cluster.hosts``, ``cluster.placement``,
+           ``train.backend`` and the parameter server's settings
 resizes    ``cluster.num_workers``, ``train.batch_size``, ``train.accumulate`` (and so     printed, the run goes on
            the global batch)                                                               with the new sizes
 refused    every ``model.*`` key (name, num_classes, width, depth, ...),                   one error naming each,
