@@ -65,13 +65,14 @@ def run_status(results: str | Path, run: str) -> RunStatus:
     if not folder.is_dir():
         known = sorted(p.name for p in results.iterdir() if (p / "checkpoints").is_dir()) if results.is_dir() else []
         raise ClipflowError(f"no run {run!r} in {results}/ (runs with checkpoints: {', '.join(known) or 'none'})")
-    on_host = _on_own_disks(folder / "checkpoints")
+    checkpoints = folder / "checkpoints"
+    started = _started(checkpoints)  # first: a folder that may not be read is named
+    on_host = _on_own_disks(checkpoints)
     if on_host is not None:
         with tempfile.TemporaryDirectory(prefix="clipflow-status-") as copy:
             latest, source = _copy_from_rank0(*on_host, Path(copy))
             return _status(run, latest, source)
-    checkpoints = folder / "checkpoints"
-    if not _started(checkpoints):
+    if not started:
         raise ClipflowError(f"run {run!r} has not started training: no {checkpoints}/{RUN_FACTS}")
     return _status(run, checkpoints, str(checkpoints))
 
