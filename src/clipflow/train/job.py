@@ -128,10 +128,6 @@ class TrainJob:
         """Where the job is written: beside the run's checkpoints."""
         return self.paths.checkpoint_root / JOB_FILE
 
-    def identity(self) -> dict:
-        """The back-end settings a checkpoint of this run is tied to (with the recipe, seed and worker count)."""
-        return {"ps": asdict(self.ps)} if self.backend == "ps" else {"backend": "ddp"}
-
     def check_rank(self, rank: int) -> None:
         if not 0 <= rank < self.plan.num_workers:
             raise ClipflowError(
