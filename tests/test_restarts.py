@@ -4,11 +4,14 @@ each attempt recorded in <checkpoint_root>/restarts.jsonl; the report draws them
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
-from helpers import assert_refused
+from helpers import assert_refused, python_env
 from launch_helpers import TINY, launch, scanned, two_splits
+from report_helpers import colour_columns, embedded_figures
 
 from clipflow.data.listfile import VideoEntry, write_list
 
@@ -25,6 +28,34 @@ def assert_same_weights(a_file, b_file) -> None:
     assert a.keys() == b.keys()
     for name in a:
         assert torch.equal(a[name], b[name]), name
+
+
+FAILED_BAR, FINISHED_BAR = (222, 82, 83), (86, 179, 86)  # tab:red and tab:green at alpha 0.8 on white
+
+
+def report_page(run, plan, history, restarts) -> str:
+    """`clipflow report` of a trained run (with a stand-in evaluation and data manifest) given its restarts.jsonl;
+    the page."""
+    metrics = {"recipe": "slowfast_tiny_synthetic", "top1": 0.5, "top5": 1.0, "num_videos": 4, "reference": {}}
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    (run / "manifest.json").write_text(json.dumps({"splits": {"train": {"videos": 16, "failed": 0}}}))
+    done = subprocess.run(
+        [sys.executable, "-m", "clipflow", "report", "--metrics", str(run / "metrics.json"), "--history",
+         str(history), "--manifest", str(run / "manifest.json"), "--plan", str(plan), "--restarts", str(restarts),
+         "--out-dir", str(run / "report")],
+        env=python_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return (run / "report" / "report.html").read_text()
+
+
+def assert_timeline(page: str, failures: int) -> None:
+    """The page's Restarts section: a red bar per failed attempt left of the green one that finished."""
+    assert page.count("<h2>Restarts</h2>") == 1
+    timeline = embedded_figures(page)["restarts.png"]
+    red, green = colour_columns(timeline, FAILED_BAR), colour_columns(timeline, FINISHED_BAR)
+    assert red and green and max(red) < max(green) and min(red) < min(green)
+    assert page.count("failed (") >= failures
 
 
 @pytest.mark.parametrize("backend", ["ps", "ddp"])
@@ -56,6 +87,9 @@ def test_a_killed_worker_is_restarted_by_the_launcher_and_ends_with_the_unbroken
     assert (second["attempt"], second["code"], second["cause"], second["lost_s"]) == (2, 0, "", 0)
     assert second["resumed_from"].endswith("epoch_0001.pt") and second["launch"] == first["launch"]
     assert first["started"] < first["ended"] <= second["started"] < second["ended"]
+    page = report_page(broken, broken / "plan.json", broken / "metrics.jsonl", broken / "ckpt" / "restarts.jsonl")
+    assert_timeline(page, 1)
+    assert f"<td>{cause}</td>" in page and "<td>finished</td>" in page
 
 
 def test_max_restarts_0_ends_at_the_first_failure_as_before(tmp_path, tiny_videos):
