@@ -52,12 +52,13 @@ def test_every_log_and_the_checkpoints_come_home_verified(trained: Path) -> None
     files = manifest["files"]
     logs = {f"{f['role']}-{f['rank']}": f for f in files if f["kind"] == "log"}
     assert sorted(logs) == ROLES
-    assert {f["kind"] for f in files} == {"log", "model", "checkpoint", "best", "best_facts"}
+    assert {f["kind"] for f in files} == {"log", "model", "checkpoint", "best", "best_facts", "restarts"}
     folder = trained / "ckpt"
     remote = {f["kind"]: f["remote"] for f in files}
     assert remote["checkpoint"] == str(folder / "epoch_0002.pt") and remote["model"] == str(trained / "model.pt")
+    assert remote["restarts"] == str(trained / "ckpt" / "restarts.jsonl")  # the launcher's record of its attempts
     for f in files:
-        assert f["host"] == "localhost" and f["verified"] is True
+        assert f["host"] == ("home" if f["kind"] == "restarts" else "localhost") and f["verified"] is True
         assert f["sha256"] == sha(Path(f["remote"])) == sha(Path(f["local"])), f
         assert f["bytes"] == Path(f["local"]).stat().st_size and Path(f["local"]).is_relative_to(out)
     # the role's own log holds what the launcher's log got from it
@@ -66,7 +67,7 @@ def test_every_log_and_the_checkpoints_come_home_verified(trained: Path) -> None
     assert (trained / "logs" / "on-host" / "worker-0.log.sha256").read_text().split() == [
         logs["worker-0"]["sha256"], "worker-0.log",
     ]  # fmt: skip
-    assert "collected 8 files from 1 host(s), every sha256 verified" in done.stdout
+    assert "collected 9 files from 1 host(s), every sha256 verified" in done.stdout
 
 
 def test_a_damaged_log_a_truncated_checkpoint_and_a_missing_checksum_are_each_named(trained: Path) -> None:

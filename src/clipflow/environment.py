@@ -211,7 +211,8 @@ VARIABLES = (
     Variable("CLIPFLOW_NO_PROGRESS", "no_progress", "", "you", "1: no progress bars",
              lambda env, name: optional_var(env, name) == "1"),
     Variable("CLIPFLOW_FAULT_KILL", "fault_kill", "", "tests",
-             "`rank:epoch[:iteration]`: that worker SIGKILLs itself there (epoch 1-based, iteration 0-based)",
+             "`rank:epoch[:iteration]`: that worker SIGKILLs itself there (epoch 1-based, iteration 0-based); "
+             "the first launch only, never a restart",
              _fault_kill),
 )  # fmt: skip
 

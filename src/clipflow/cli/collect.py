@@ -18,7 +18,7 @@ def cmd_collect(a: argparse.Namespace) -> int:
     host_dir = local.folder if local else ""
     outcome = collect_run(Plan.read(a.plan), a.log_dir, a.checkpoint_root, a.model, Path(a.out), a.backend,
                           log=lambda line: print(line, file=sys.stderr), host_dir=host_dir)  # fmt: skip
-    hosts = len({f.host for f in outcome.files})
+    hosts = len({f.host for f in outcome.files if f.kind != "restarts"})  # restarts.jsonl: the launcher's, here
     print(f"collected {len(outcome.files)} files from {hosts} host(s), every sha256 verified: {outcome.out / MANIFEST}")
     return 0
 

@@ -10,7 +10,9 @@ def cmd_report(a: argparse.Namespace) -> int:
     from clipflow.report.page import ReportInputs, write_report
 
     optional = {
-        name: Path(value) for name in ("checks", "results", "collected", "staged") if (value := getattr(a, name))
+        name: Path(value)
+        for name in ("checks", "results", "collected", "staged", "restarts")
+        if (value := getattr(a, name))
     }
     inputs = ReportInputs(Path(a.metrics), Path(a.history), Path(a.manifest), Path(a.plan), **optional)
     print(f"report: {write_report(inputs, a.out_dir, run=a.run)}")
@@ -27,6 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--results", default="", help="the folder of all runs: a scaling figure from those of this recipe")
     p.add_argument("--collected", default="", help="collect's manifest.json: the files brought home")
     p.add_argument("--staged", default="", help="the staging record (cluster/staged.json): bytes staged per host")
+    p.add_argument("--restarts", default="", help="the launcher's restarts.jsonl (default: the copy in --collected)")
     p.add_argument("--run", default="", help="the run's name, for the title")
     p.add_argument("--out-dir", required=True)
     p.set_defaults(func=cmd_report)

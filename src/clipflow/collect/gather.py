@@ -2,7 +2,8 @@
 
 From every host: the log each role placed there kept (:mod:`clipflow.host_log`). From worker 0's host (rank 0
 writes the checkpoints): the final model, best.pt and best.json when validation saved them, and the newest
-checkpoint of the run's checkpoint folder (the checkpoint root, where run.json is). Each
+checkpoint of the run's checkpoint folder (the checkpoint root, where run.json is). From the launching node: the
+launcher's record of the attempts, ``restarts.jsonl``, when it wrote one. Each
 file comes with the ``.sha256`` its writer recorded; the copy's sha256 must equal it. Copies go to
 ``<out>.partial/``, which becomes ``<out>/`` with ``manifest.json`` only when every file is verified; otherwise
 ``<out>/`` holds no manifest and every problem is reported, each naming its host and file.
@@ -26,12 +27,13 @@ import paramiko
 
 from clipflow.checksums import SUFFIX
 from clipflow.cluster.plan import Plan, Role
-from clipflow.collect.hostfiles import open_host
+from clipflow.collect.hostfiles import LocalFiles, open_host
 from clipflow.collect.transfer import fetch_checked
 from clipflow.errors import ClipflowError
 from clipflow.files import write_text_atomic
 from clipflow.host_log import host_log_path
 from clipflow.train.checkpoint import RUN_FACTS, checkpoint_name, order_points
+from clipflow.train.restarts import RESTARTS_FILE
 
 MANIFEST = "manifest.json"
 MARKER = ".clipflow-collection"  # in every folder collect makes: the proof that it may replace or remove it
@@ -41,7 +43,7 @@ MARKER_TEXT = ("made by `clipflow collect`: the next collection into this folder
 
 @dataclass
 class Wanted:
-    kind: str  # log | model | checkpoint | best | best_facts; own disks: history | run_facts | tensorboard
+    kind: str  # log | model | checkpoint | best | best_facts | restarts; own disks: history | run_facts | tensorboard
     remote: str  # as the writer named it on its host
     local: str  # under the collection folder
     role: str | None = None
@@ -74,10 +76,12 @@ LOST = (OSError, EOFError, paramiko.SSHException)
 
 
 def collect(plan: Plan, log_dir: str, checkpoint_root: str, model: str, out: Path, backend: str = "ps",
-            host_dir: str = "") -> Outcome:  # fmt: skip
+            host_dir: str = "", home_root: str = "") -> Outcome:  # fmt: skip
     """The files of the module's docstring into ``out``. ``host_dir``: the run's folder on hosts with their own
     disks (storage local): the roles worked there, and rank 0's history, run facts and TensorBoard files, which
-    exist only on its host, come home too."""
+    exist only on its host, come home too. ``home_root``: the checkpoint root on the launching node, whose
+    restarts.jsonl (the launcher's record of the attempts, :mod:`clipflow.train.restarts`) is copied too, checked,
+    when the launcher wrote one."""
     rank0_host = plan.rank0_host()
     out, partial = check_out(out)
     try:
@@ -112,6 +116,12 @@ def collect(plan: Plan, log_dir: str, checkpoint_root: str, model: str, out: Pat
             problems.append(f"host {host}: the connection was lost while collecting ({exc or type(exc).__name__})")
         finally:
             where.close()
+    restarts = Path(home_root) / RESTARTS_FILE
+    if home_root and restarts.exists():
+        got = _fetch(LocalFiles("home", Path.cwd()), Wanted("restarts", str(restarts), RESTARTS_FILE), partial,
+                     problems)  # fmt: skip
+        if got:
+            files.append(got)
     if not problems:
         _replace_own(out, partial)
         for f in files:
@@ -244,11 +254,12 @@ def collect_run(plan: Plan, log_dir: str, checkpoint_root: str, model: str, out:
     """:func:`collect` with the paths as `train launch` gave them to the workers (absolute; with ``host_dir``,
     in the run's folder on the hosts' own disks); logs every problem and raises ClipflowError when there is one,
     so that no manifest means a failed stage."""
+    home_root = str(Path(checkpoint_root).absolute())
     if host_dir:
         model, checkpoint_root = f"{host_dir}/train/model_final.pt", f"{host_dir}/checkpoints"
     else:
-        model, checkpoint_root = str(Path(model).absolute()), str(Path(checkpoint_root).absolute())
-    outcome = collect(plan, log_dir, checkpoint_root, model, out, backend, host_dir)
+        model, checkpoint_root = str(Path(model).absolute()), home_root
+    outcome = collect(plan, log_dir, checkpoint_root, model, out, backend, host_dir, home_root)
     if outcome.problems:
         for problem in outcome.problems:
             log(f"clipflow: error: {problem}")

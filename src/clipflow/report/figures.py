@@ -127,3 +127,23 @@ def plot_confusion(matrix: list[list[int]], names: list[str], out: Path) -> Path
         ax.set_title("confusion (share of each true class)")
         fig.colorbar(image, ax=ax, fraction=0.046)
         return _save(fig, out)
+
+
+def plot_restarts(attempts: list[dict], out: Path) -> Path:
+    """The attempts of a run as bars over time (seconds since the first started), one row each: green when it
+    finished, red when it failed, with its worker count inside and its cause at the failure."""
+    zero = min(a["started"] for a in attempts)
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(WIDTH_IN, 1.2 + 0.6 * len(attempts)))
+        for row, a in enumerate(attempts):
+            start, length = a["started"] - zero, max(a["ended"] - a["started"], 0.0)
+            ax.barh(row, length, left=start, color="tab:green" if a["code"] == 0 else "tab:red", alpha=0.8)
+            ax.text(start + length / 2, row, f"{a['workers']} workers", ha="center", va="center", fontsize=9)
+            if a["code"]:
+                ax.text(start + length, row, f"  {a['cause'] or 'exit ' + str(a['code'])}", va="center", fontsize=9)
+        ax.set_yticks(range(len(attempts)), [f"attempt {a['attempt']}" for a in attempts])
+        ax.invert_yaxis()
+        ax.set_xlabel("seconds since the first attempt started")
+        ax.set_title("attempts of the run (green: finished, red: failed, with the cause)")
+        ax.set_xlim(right=max(a["ended"] for a in attempts) - zero + 0.6 * (max(a["ended"] for a in attempts) - zero))
+        return _save(fig, out)

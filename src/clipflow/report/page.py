@@ -4,8 +4,8 @@ so the one file shows everything wherever it is opened, Snakemake's report inclu
 Sections: the result against the references, the evaluation (clip and video level, per class,
 confusion), training curves, throughput (per worker, data against compute), scaling (when
 finished runs of the same recipe with other worker counts sit beside this one under
-``results/``), the cluster plan and host checks, the files collected from the hosts with their
-checksums, and the dataset manifest.
+``results/``), the cluster plan and host checks, the restarts (a timeline of the launcher's attempts), the
+files collected from the hosts with their checksums, and the dataset manifest.
 """
 
 from __future__ import annotations
@@ -23,8 +23,16 @@ from clipflow.report.history import read_history
 from clipflow.report.scaling import scaling_points
 from clipflow.report.tables import MAX_CONFUSION_CELLS, confusion_table, pairs, table
 from clipflow.textfile import read_json_object
+from clipflow.train.restarts import read_attempts
 
-OWN_FILES = ("report.html", "curves.png", "throughput.png", "confusion.png", "scaling.png")  # all it writes
+OWN_FILES = (
+    "report.html",
+    "curves.png",
+    "throughput.png",
+    "confusion.png",
+    "scaling.png",
+    "restarts.png",
+)  # all it writes
 TITLE = "clipflow run "  # how every page it writes is titled: a report.html without it is not one of its own
 CSS = """body{font-family:sans-serif;margin:2em;max-width:1400px;color:#222}
 table{border-collapse:collapse;margin:0.5em 0 1.5em}th,td{border:1px solid #ccc;padding:4px 10px;text-align:left}
@@ -42,6 +50,7 @@ class ReportInputs:
     results: Path | None = None  # the folder of all runs, for the scaling figure
     collected: Path | None = None  # collect's manifest.json: the files brought home, checksums verified
     staged: Path | None = None  # cluster/staged.json: the storage and the videos staged per host
+    restarts: Path | None = None  # the launcher's restarts.jsonl (else the copy the collection manifest lists)
 
 
 EXPECTED = {  # what each JSON input of the page is, for the message when it is not that
@@ -204,6 +213,34 @@ def _collected(collected: dict | None) -> str:
     return "<h2>Collected files</h2>" + table(header, rows)
 
 
+def restarts_file(inputs: ReportInputs, collected: dict | None) -> Path | None:
+    """The launcher's record of the attempts: --restarts, else the copy collection brought home, else none."""
+    if inputs.restarts is not None:
+        return inputs.restarts
+    copies = [f["local"] for f in (collected or {}).get("files", []) if f.get("kind") == "restarts"]
+    return Path(copies[0]) if copies else None
+
+
+def _restarts(path: Path | None, out: Path) -> str:
+    """The attempts of the run as a timeline and a table, when there was more than one or one failed."""
+    if path is None:
+        return ""
+    if not path.is_file():
+        raise ClipflowError(f"restarts record {path} is not there; give the launcher's restarts.jsonl or drop it")
+    attempts = read_attempts(path)
+    if len(attempts) < 2 and all(a["code"] == 0 for a in attempts):
+        return ""
+    zero = min(a["started"] for a in attempts)
+    rows = [[a["attempt"], round(a["started"] - zero, 1), round(a["ended"] - zero, 1), a["workers"],
+             ", ".join(a.get("hosts") or []), a.get("resumed_from") or "-", a["code"], a["cause"] or "finished",
+             a.get("lost_s")] for a in attempts]  # fmt: skip
+    header = ["attempt", "start (s)", "end (s)", "workers", "hosts", "resumed from", "exit", "cause", "lost (s)"]
+    return ("<h2>Restarts</h2>" + _figure(figures.plot_restarts(attempts, out / "restarts.png"), "restarts timeline")
+            + table(header, rows) + '<p class="caption">Each launch of the workers (train.max_restarts relaunches '
+            "after a failure on the hosts that still answer); lost: from the newest checkpoint's save (or the "
+            "attempt's start, when later) to the failure.</p>")  # fmt: skip
+
+
 def _dataset(manifest: dict) -> str:
     unit = "images" if manifest.get("kind") == "image" else "videos"
     rows = [[split, s.get(unit), s.get("failed"), len(s.get("per_class") or {}),
@@ -273,6 +310,7 @@ def write_report(inputs: ReportInputs, out_dir: str | Path, run: str = "") -> Pa
         _scaling(inputs.results, metrics["recipe"], history[-1].get("batch_size"), out),
         _cluster(plan, checks),
         _storage(checks, staged),
+        _restarts(restarts_file(inputs, collected), out),
         _collected(collected),
         _dataset(manifest),
     ])  # fmt: skip

@@ -1,5 +1,9 @@
 """Fault injection for tests: `CLIPFLOW_FAULT_KILL=rank:epoch[:iteration]` makes that worker
-SIGKILL itself at that point (epoch 1-based, iteration 0-based within the epoch, default 0)."""
+SIGKILL itself at that point (epoch 1-based, iteration 0-based within the epoch, default 0).
+
+The launcher passes the variable to its workers in the first launch only: before a restart
+(:mod:`clipflow.train.restarts`) it removes it from its own environment, so a relaunched worker resumes
+past the point instead of dying there again."""
 
 from __future__ import annotations
 

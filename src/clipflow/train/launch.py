@@ -26,7 +26,8 @@ from clipflow.errors import ClipflowError
 from clipflow.files import check_output_dir, check_output_file
 from clipflow.recipe import check_span_in_lists
 from clipflow.train.job import JOB_FILE, TrainJob
-from clipflow.train.launcher import Launcher, RoleCommand, program_problem
+from clipflow.train.launcher import Ending, Launcher, RoleCommand, program_problem
+from clipflow.train.restarts import check_restart_inputs, run_with_restarts
 from clipflow.train.resume_check import check_resume, job_facts, set_aside
 from clipflow.train.roles import role_commands
 
@@ -49,11 +50,19 @@ def worker_commands(plan: Plan, command: Command, backend: str, log_dir: str, ho
 def launch_workers(plan: Plan, command: Command, backend: str, log_dir: str, grace: float, host_logs: bool,
                    workdir: str = "") -> int:  # fmt: skip
     """Runs :func:`worker_commands` until the first failure; the launcher's exit code."""
+    return run_workers(plan, command, backend, log_dir, grace, host_logs, workdir).code
+
+
+def run_workers(plan: Plan, command: Command, backend: str, log_dir: str, grace: float, host_logs: bool,
+                workdir: str = "") -> Ending:  # fmt: skip
+    """:func:`launch_workers`, telling how the launch ended (:class:`clipflow.train.launcher.Ending`)."""
     if backend == "ps":
         check_security(plan)
     check_ports(plan)
     commands = worker_commands(plan, command, backend, log_dir, host_logs, workdir)
-    return Launcher(commands, log_dir, grace_s=grace).run()
+    launcher = Launcher(commands, log_dir, grace_s=grace)
+    launcher.run()
+    return launcher.ending
 
 
 def job_command(group: str, job_file: Path | str) -> Command:
@@ -80,7 +89,9 @@ def launch_training(job: TrainJob, log_dir: str, grace: float, source: Path | No
     """Writes ``job`` beside its checkpoints and runs its workers from that file; the launcher's exit code.
     ``source``: the file the job was read from (--job); when it is that very file (a user may have edited it),
     the workers start from it as it is, never from a rewritten copy. ``local``: the hosts have their own disks
-    (:func:`launch_on_own_disks`)."""
+    (:func:`launch_on_own_disks`). After a failure the run is relaunched as the job's policy allows
+    (:mod:`clipflow.train.restarts`): a smaller membership runs a job of its own, written with its worker lists
+    in ``<checkpoint_root>/splits-<W>w/``."""
     if job.paths.val_list is not None:
         read_list(job.paths.val_list)  # a missing or broken val list, named before anything starts
     job_given = source is not None and source.resolve() == job.file.resolve()
@@ -89,11 +100,18 @@ def launch_training(job: TrainJob, log_dir: str, grace: float, source: Path | No
         shards = [job.paths.shard(rank) for rank in range(job.plan.num_workers)]
         lists = [path for path in [*shards, job.paths.val_list] if path is not None and path.is_file()]
         check_span_in_lists(job.recipe, lists, "the recipe")
-    if local is not None:
-        return launch_on_own_disks(job, local, log_dir, grace)
-    check_resume(job.paths.checkpoint_root, job_facts(job, listed_iterations(job)), job.policy.resume)
-    job_file = job.file if job_given else job.write()
-    return launch_workers(job.plan, job_command("train", job_file), job.backend, log_dir, grace, host_logs=True)
+    check_restart_inputs(job)
+    if local is None:
+        check_resume(job.paths.checkpoint_root, job_facts(job, listed_iterations(job)), job.policy.resume)
+    job_file = job.file if job_given or local is not None else job.write()
+
+    def attempt(current: TrainJob, current_file: Path | None) -> Ending:
+        if local is not None:
+            return launch_on_own_disks(current, local, log_dir, grace)
+        command = job_command("train", current_file or job_file)
+        return run_workers(current.plan, command, current.backend, log_dir, grace, host_logs=True)
+
+    return run_with_restarts(job, attempt)
 
 
 def listed_iterations(job: TrainJob) -> int | None:
@@ -127,7 +145,7 @@ class HostRun:
         return cls(folder, staged)
 
 
-def launch_on_own_disks(job: TrainJob, local: HostRun, log_dir: str, grace: float) -> int:
+def launch_on_own_disks(job: TrainJob, local: HostRun, log_dir: str, grace: float) -> Ending:
     """Training on hosts with their own disks: the job as the hosts run it (:meth:`TrainPaths.on_host`) written
     here beside the checkpoints and put with the lists in the run's folder on every host, the newest checkpoint
     placed on rank 0's host, the roles started there; then the outputs come home (or, after a failure, a copy of
@@ -155,12 +173,12 @@ def launch_on_own_disks(job: TrainJob, local: HostRun, log_dir: str, grace: floa
     else:
         host_run.place_newest_checkpoint(job, remote)
     command = job_command("train", f"{local.folder}/{JOB_FILE}")
-    code = launch_workers(plan, command, job.backend, log_dir, grace, host_logs=True, workdir=local.folder)
-    if code == 0:
+    ending = run_workers(plan, command, job.backend, log_dir, grace, host_logs=True, workdir=local.folder)
+    if ending.code == 0:
         host_run.fetch_outputs(job, remote)
     else:
         host_run.keep_home_copy(job, remote)
-    return code
+    return ending
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,16 @@ def cannot_start(cmd: RoleCommand, exc: OSError) -> ClipflowError:
     return ClipflowError(f"cannot start {cmd.role.role} {cmd.role.rank} on {cmd.role.host}: {cmd.argv[0]}: {reason}")
 
 
+@dataclass(frozen=True)
+class Ending:
+    """How a launch ended: its exit ``code``, the ``cause`` in the launcher's words ("" after success), and whether
+    a role failed (``failed``: not a success, not a signal to the launcher, which a restart must not undo)."""
+
+    code: int
+    cause: str = ""
+    failed: bool = False
+
+
 def describe_exit(code: int, cmd: RoleCommand | None = None) -> str:
     if code == SSH_FAILED and cmd is not None and cmd.argv[:1] == ["ssh"]:
         return f"exit code {code}: the ssh connection to {cmd.role.host} failed or was lost"
@@ -97,6 +107,7 @@ class Launcher:
         self.readers: list[threading.Thread] = []
         self.stop_signal: int | None = None
         self.last_lines: dict[int, str] = {}  # process index -> its last non-empty output line
+        self.ending = Ending(0)  # set by run()
 
     def _claim_logs(self) -> None:
         """The roles' logs (``<role>-<rank>.log``, written anew each run) recorded in the log folder as clipflow's
@@ -214,7 +225,8 @@ class Launcher:
         if self.stop_signal is not None:
             name = signal.Signals(self.stop_signal).name
             self.say(f"clipflow launch: got {name}; stopped {stopped} running processes in {teardown_s:.1f} s")
-            return 128 + self.stop_signal
+            self.ending = Ending(128 + self.stop_signal, f"the launcher got {name}")
+            return self.ending.code
         if failure:
             cmd, code = failure
             last = self.last_lines.get(self.commands.index(cmd))
@@ -224,5 +236,8 @@ class Launcher:
                 + (f"Its last line: {last!r}. " if last else "")
                 + f"Its log: {self.log_dir / cmd.log_name}"
             )
-            return code if code > 0 else 128 - code
+            cause = f"{cmd.role.role} {cmd.role.rank} on {cmd.role.host} failed ({describe_exit(code, cmd)})"
+            self.ending = Ending(code if code > 0 else 128 - code, cause, failed=True)
+            return self.ending.code
+        self.ending = Ending(0)
         return 0
