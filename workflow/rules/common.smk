@@ -1,6 +1,7 @@
 # Settings every rule file uses, derived once from the validated config and the recipe.
 import json
 import os
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ from clipflow.cluster.staged import staging_name
 from clipflow.errors import ClipflowError
 from clipflow.recipe import load_recipe, recipe_path
 from clipflow.workflow_checks import check_config_with_recipe
+from clipflow.workflow_settings import train_settings
 
 # `python` in the rules is the interpreter running Snakemake (its venv or conda env).
 shell.prefix(f"set -euo pipefail; export PATH={os.path.dirname(sys.executable)!r}:$PATH; ")
@@ -131,6 +133,14 @@ def cluster_ready():
         if STAGES_VIDEOS:
             ready.append(STAGED)
     return ready
+
+
+def once_trained(path):
+    """``ancient(path)`` once the run has its trained model and history, else ``path``: while they are missing
+    (never made, or a failed train removed them) a remade cluster file must bring train along, since Snakemake would
+    otherwise not look at train at all."""
+    trained = all(os.path.exists(f"{RESULTS}/train/{name}") for name in ("model_final.pt", "metrics.jsonl"))
+    return ancient(path) if trained else path
 
 
 def staged_args():

@@ -2,15 +2,30 @@
 # workers; ddp: the workers).
 # Checkpoints go to results/<run>/checkpoints/, which is no declared output: a failed
 # run keeps them and the next run resumes from the newest one that loads.
+# What reruns train (the README's table "change -> stages rerun"): a changed setting it depends on, through
+# train_settings; new splits, lists or recipe file. The cluster's files are ancient() once the run has its model:
+# a host change alone remakes the cluster's files, not the model, and the next training that runs reads the new
+# plan. Snakemake never judges a job below a rerun job through ancient() inputs only (it neither checks its params
+# nor its missing outputs), hence the settings file, and plain cluster inputs while the model is missing.
+
+
+rule train_settings:
+    # what the trained model depends on, one `name=value` param each (clipflow.workflow_settings): a rule without
+    # inputs, so Snakemake always compares its params, and the dry run's reason names the changed settings
+    output:
+        f"{RESULTS}/settings/train.txt",
+    params:
+        **{re.sub(r"\W", "_", name): line for name, line in train_settings(config, RECIPE).items()},
+    run:
+        Path(output[0]).write_text("".join(f"{line}\n" for line in params))
 
 
 rule train:
     input:
-        plan=ancient(f"{RESULTS}/cluster/plan.json"),
-        cluster=[ancient(path) for path in cluster_ready()[1:] if path != STAGED],
-        # not ancient: a plan that moved workers to other hosts restages, and training must then run (it resumes
-        # from the newest checkpoint, wherever it is); Snakemake drops a job whose ancient input is being remade
-        staged=[path for path in cluster_ready() if path == STAGED],
+        settings=rules.train_settings.output,
+        plan=once_trained(f"{RESULTS}/cluster/plan.json"),
+        cluster=[once_trained(path) for path in cluster_ready()[1:] if path != STAGED],
+        staged=[once_trained(path) for path in cluster_ready() if path == STAGED],
         splits=rules.splits.output,
         train_list=f"{INDEX}/train.lst",
         val=f"{INDEX}/val.lst",
