@@ -46,11 +46,6 @@ rule train:
         checkpoints=f"{RESULTS}/checkpoints",
         logs=f"{LOGS}/train",
         staged=staged_args(),
-        policy=" ".join(
-            f"--{name.replace('_', '-')} {config['train'][name]}"
-            for name in ("resume", "global_batch", "max_restarts", "min_workers", "stop_grace")
-            if config["train"][name] is not None
-        ),
     log:
         f"{LOGS}/train.log",
     benchmark:
@@ -62,7 +57,6 @@ rule train:
         " --recipe {input.recipe:q} --overrides {params.overrides:q} --splits-dir {params.splits:q}"
         " --root {params.root:q} --checkpoint-root {params.checkpoints:q} --model-out {output.model:q}"
         " --metrics-out {output.history:q} --val-list {input.val:q} --train-list {input.train_list:q}"
-        " --backend {params.backend} {params.policy}"
-        " --kvstore {params.kvstore} {params.on_servers}"
+        " --backend {params.backend} --kvstore {params.kvstore} {params.on_servers} {POLICY_ARGS}"
         " --compression {params.compression[type]} --compression-threshold {params.compression[threshold]}"
         " --seed {params.seed} {params.tensorboard} {params.staged} 2>&1 | tee {log:q}"
