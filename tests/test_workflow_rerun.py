@@ -176,13 +176,6 @@ def test_a_host_change_alone_replans_and_keeps_the_model(finished, tmp_path):
     assert "Nothing to be done" in again.stdout + again.stderr, again.stdout
 
 
-def test_a_run_policy_setting_alone_reruns_nothing(finished, tmp_path):
-    """max_restarts, stop_grace and resume say how a run goes on, not what it computes: a finished run stays."""
-    work = changed(finished, tmp_path, lambda config: config.setdefault("train", {}).update(max_restarts=2, stop_grace=30))
-    done = snakemake(work, "-n", "train_slowfast")
-    assert done.returncode == 0 and "Nothing to be done" in done.stdout + done.stderr, done.stdout + done.stderr
-
-
 def test_a_host_change_with_more_epochs_still_retrains(finished, tmp_path):
     """Train reads the remade plan as ancient(); its settings file brings it along."""
     work = changed(finished, tmp_path, both(epochs(2), lambda config: config["cluster"].update(placement="cycle")))

@@ -16,9 +16,6 @@ from typing import Any
 # the cluster settings that change what training computes; the rest (hosts, placement, ports, ssh, storage,
 # timeouts) only say where it runs
 CLUSTER_KEYS = ("num_workers", "num_servers")
-# the config's train settings that say how a run goes on across failures, resizes and notices, not what it
-# computes: changing one after a finished run retrains nothing (a resize is a worker-count change, named anyway)
-POLICY_SETTINGS = ("resume", "global_batch", "max_restarts", "min_workers", "stop_grace")
 
 
 def flatten(prefix: str, value: Any) -> dict[str, Any]:
@@ -33,10 +30,8 @@ def flatten(prefix: str, value: Any) -> dict[str, Any]:
 
 def train_settings(config: dict, recipe: dict) -> dict[str, str]:
     """Setting name -> ``name=value`` (the value as JSON): the whole recipe after the overrides (``recipe
-    train.epochs=2``), the config's ``train`` section but its :data:`POLICY_SETTINGS`, and the worker and server
-    counts."""
+    train.epochs=2``), the config's ``train`` section and the worker and server counts."""
     settings = {f"recipe {name}": value for name, value in flatten("", recipe).items()}
-    train = {key: value for key, value in config["train"].items() if key not in POLICY_SETTINGS}
-    settings.update(flatten("train", train))
+    settings.update(flatten("train", config["train"]))
     settings.update({f"cluster.{key}": config["cluster"][key] for key in CLUSTER_KEYS})
     return {name: f"{name}={json.dumps(value, sort_keys=True)}" for name, value in settings.items()}

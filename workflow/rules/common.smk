@@ -12,7 +12,7 @@ from clipflow.cluster.staged import staging_name
 from clipflow.errors import ClipflowError
 from clipflow.recipe import load_recipe, recipe_path
 from clipflow.workflow_checks import check_config_with_recipe
-from clipflow.workflow_settings import POLICY_SETTINGS, train_settings
+from clipflow.workflow_settings import train_settings
 
 # `python` in the rules is the interpreter running Snakemake (its venv or conda env).
 shell.prefix(f"set -euo pipefail; export PATH={os.path.dirname(sys.executable)!r}:$PATH; ")
@@ -133,15 +133,6 @@ def cluster_ready():
         if STAGES_VIDEOS:
             ready.append(STAGED)
     return ready
-
-
-# How the run goes on across failures and notices (train.resume, max_restarts, ...): given to the train command
-# but no param of it, so that changing one after a finished run retrains nothing (clipflow.workflow_settings)
-POLICY_ARGS = " ".join(
-    f"--{name.replace('_', '-')} {config['train'][name]}"
-    for name in POLICY_SETTINGS
-    if config["train"][name] is not None
-)
 
 
 def once_trained(path):

@@ -16,8 +16,11 @@ rule train_settings:
         f"{RESULTS}/settings/train.txt",
     params:
         **{re.sub(r"\W", "_", name): line for name, line in train_settings(config, RECIPE).items()},
+    log:
+        f"{LOGS}/train_settings.log",
     run:
         Path(output[0]).write_text("".join(f"{line}\n" for line in params))
+        Path(log[0]).write_text(f"{len(params)} settings the trained model depends on: {output[0]}\n")
 
 
 rule train:
@@ -46,6 +49,11 @@ rule train:
         checkpoints=f"{RESULTS}/checkpoints",
         logs=f"{LOGS}/train",
         staged=staged_args(),
+        policy=" ".join(
+            f"--{name.replace('_', '-')} {config['train'][name]}"
+            for name in ("resume", "global_batch", "max_restarts", "min_workers", "stop_grace")
+            if config["train"][name] is not None
+        ),
     log:
         f"{LOGS}/train.log",
     benchmark:
@@ -57,6 +65,7 @@ rule train:
         " --recipe {input.recipe:q} --overrides {params.overrides:q} --splits-dir {params.splits:q}"
         " --root {params.root:q} --checkpoint-root {params.checkpoints:q} --model-out {output.model:q}"
         " --metrics-out {output.history:q} --val-list {input.val:q} --train-list {input.train_list:q}"
-        " --backend {params.backend} --kvstore {params.kvstore} {params.on_servers} {POLICY_ARGS}"
+        " --backend {params.backend} {params.policy}"
+        " --kvstore {params.kvstore} {params.on_servers}"
         " --compression {params.compression[type]} --compression-threshold {params.compression[threshold]}"
         " --seed {params.seed} {params.tensorboard} {params.staged} 2>&1 | tee {log:q}"
