@@ -4,17 +4,23 @@ with one line saying where, and the rerun ends with the weights of a run never s
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import re
 import signal
 import subprocess
+import sys
+import threading
 import time
 
 import pytest
 import torch
 from launch_helpers import TINY, launch, launch_command, two_splits
 
+from clipflow.cluster.plan import Role
 from clipflow.ps.exitcodes import RESUMABLE
+from clipflow.train.launcher import FORWARD_NOTICE, TRAIN_NOTICE, Launcher, NoticePolicy, RoleCommand
 
 # 2 workers x 8 videos, batch 2: 4 iterations an epoch; dropout is drawn per worker and step (the same masks after
 # the resume); no checkpoint inside an epoch but the notice's
@@ -84,3 +90,105 @@ def test_sigusr1_mid_epoch_stops_resumable_and_the_rerun_ends_with_the_unbroken_
     history = [json.loads(line) for line in (stopped / "metrics.jsonl").read_text().splitlines()]
     reference = [json.loads(line) for line in (whole / "metrics.jsonl").read_text().splitlines()]
     assert [h["loss"] for h in history] == [r["loss"] for r in reference]
+
+
+# ---------------------------------------------------------------- the launcher alone, with small real programs
+
+# A worker that takes 1 s to put its handler in place (SIGUSR1 held until then), then on SIGUSR1 says where it
+# stopped, as a training worker does, and exits RESUMABLE; with "keep-going" it only says it got it.
+WORKER = """
+import signal, sys, time
+time.sleep(1)
+def on_notice(signum, frame):
+    if "keep-going" in sys.argv:
+        print("got it; going on", flush=True)
+        return
+    print("stopped on notice at epoch 1 iteration 2; checkpoint /ckpt/epoch_0001_iter_000002.pt; "
+          "rerun the same command to go on", flush=True)
+    sys.exit(79)
+signal.signal(signal.SIGUSR1, on_notice)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+def workers(*args: str, count: int = 2, hold: bool = True) -> list[RoleCommand]:
+    return [RoleCommand(Role("worker", rank, "localhost"), [sys.executable, "-c", WORKER, *args], hold_notice=hold)
+            for rank in range(count)]  # fmt: skip
+
+
+def run_signalled(launcher: Launcher, *signals: tuple[float, int]) -> tuple[int, float]:
+    """``launcher.run()`` in this (main) thread, sent each (after seconds, signal); its code and seconds."""
+    for after, signum in signals:
+        threading.Timer(after, lambda s=signum: os.kill(os.getpid(), s)).start()
+    began = time.monotonic()
+    return launcher.run(), time.monotonic() - began
+
+
+def test_a_notice_while_the_workers_start_waits_for_their_handlers_and_ends_resumable(tmp_path):
+    """SIGUSR1 to the launcher at once, before the workers take it: held, it reaches them once their handler is in
+    place; both exit RESUMABLE and the launcher exits 79 with the stop's line, well within the notice time."""
+    console = io.StringIO()
+    launcher = Launcher(workers(), tmp_path, console=console, notice=NoticePolicy(TRAIN_NOTICE, 30))
+    code, took = run_signalled(launcher, (0.05, signal.SIGUSR1))
+    text = console.getvalue()
+    assert code == RESUMABLE, text
+    assert took < 30, text
+    assert "got SIGUSR1: a notice; passed SIGUSR1 on to 2 workers" in text
+    assert ("clipflow launch: got SIGUSR1: stopped on notice at epoch 1 iteration 2; checkpoint "
+            "/ckpt/epoch_0001_iter_000002.pt; rerun the same command to go on") in text  # fmt: skip
+
+
+def test_sigterm_to_the_launcher_is_a_notice_too_but_not_for_evaluation(tmp_path):
+    """Training: SIGTERM passes SIGUSR1 on (exit 79). Without a notice policy (evaluate launch) SIGTERM and SIGUSR1
+    stop everything at once (SIGUSR1 used to kill the launcher itself, leaving local roles running)."""
+    console = io.StringIO()
+    launcher = Launcher(workers(), tmp_path / "train", console=console, notice=NoticePolicy(TRAIN_NOTICE, 30))
+    assert run_signalled(launcher, (1.5, signal.SIGTERM))[0] == RESUMABLE, console.getvalue()
+    console = io.StringIO()
+    launcher = Launcher(workers(hold=False), tmp_path / "evaluate", console=console)
+    code, _ = run_signalled(launcher, (1.5, signal.SIGUSR1))
+    assert code == 128 + signal.SIGUSR1, console.getvalue()
+    assert "got SIGUSR1; stopped 2 running processes" in console.getvalue()
+
+
+def test_workers_still_running_when_the_notice_time_is_up_are_torn_down_not_resumable(tmp_path):
+    console = io.StringIO()
+    launcher = Launcher(workers("keep-going"), tmp_path, grace_s=2, console=console,
+                        notice=NoticePolicy(TRAIN_NOTICE, 2))  # fmt: skip
+    code, took = run_signalled(launcher, (1.5, signal.SIGUSR1))
+    text = console.getvalue()
+    assert code == 128 + signal.SIGUSR1, text
+    assert "got it; going on" in text
+    assert "the workers did not stop within 2 s of the notice; stopping everything" in text
+    assert took < 1.5 + 2 + 2 + 5, text  # notice time, then SIGTERM's grace (the workers end on it)
+
+
+def test_a_second_signal_during_a_notice_tears_down_at_once(tmp_path):
+    console = io.StringIO()
+    launcher = Launcher(workers("keep-going"), tmp_path, grace_s=2, console=console,
+                        notice=NoticePolicy(TRAIN_NOTICE, 60))  # fmt: skip
+    code, took = run_signalled(launcher, (1.5, signal.SIGUSR1), (2.5, signal.SIGUSR1))
+    text = console.getvalue()
+    assert code == 128 + signal.SIGUSR1, text
+    assert "got it; going on" in text and "got SIGUSR1; stopped 2 running processes" in text
+    assert took < 30, text  # not the notice's 60 s
+
+
+def test_clipflow_launch_passes_sigusr1_on_to_its_programs(tmp_path):
+    """`clipflow launch` (FORWARD_NOTICE): the program gets SIGUSR1 and decides; here it ends cleanly (exit 0) and
+    so does the launcher; one that does not take it dies of it, which is no failure but not 0 either."""
+    ends = "import signal,sys,time; signal.signal(signal.SIGUSR1, lambda *a: sys.exit(0)); print('up', flush=True); " \
+           "time.sleep(120)"  # fmt: skip
+    console = io.StringIO()
+    cmds = [RoleCommand(Role("worker", 0, "localhost"), [sys.executable, "-c", ends])]
+    launcher = Launcher(cmds, tmp_path / "a", console=console, notice=NoticePolicy(FORWARD_NOTICE, 30))
+    assert run_signalled(launcher, (1.5, signal.SIGUSR1))[0] == 0, console.getvalue()
+    assert "got SIGUSR1; every worker then exited 0" in console.getvalue()
+    console = io.StringIO()
+    cmds = [RoleCommand(Role("worker", 0, "localhost"), [sys.executable, "-c", "import time; time.sleep(120)"])]
+    launcher = Launcher(cmds, tmp_path / "b", console=console, notice=NoticePolicy(FORWARD_NOTICE, 30))
+    code, took = run_signalled(launcher, (1.5, signal.SIGUSR1))
+    assert code == 128 + signal.SIGUSR1 and took < 30, console.getvalue()
+    assert "the workers ended (killed by signal SIGUSR1)" in console.getvalue()

@@ -323,7 +323,8 @@ class Launcher:
 
     def _after_notice(self, workers: list[int], stopped: int, teardown_s: float) -> int:
         """The exit code and line once every worker ended after a notice: RESUMABLE when all stopped so, 0 when
-        the run had finished anyway, else 128 + the notice's signal."""
+        they all exited 0 (a run that finished first; a program of `clipflow launch` that ends cleanly on it), else
+        128 + the notice's signal."""
         name = signal.Signals(self.notice_signal).name if self.notice_signal else "a notice"
         codes = [self.procs[i].returncode for i in workers]
         took = time.monotonic() - self.notice_at  # type: ignore[operator]
@@ -333,8 +334,8 @@ class Launcher:
                      f"exit {RESUMABLE}: resumable)")  # fmt: skip
             return RESUMABLE
         if all(code == 0 for code in codes):
-            self.say(f"clipflow launch: got {name}, but the run had finished")
+            self.say(f"clipflow launch: got {name}; every worker then exited 0 (done)")
             return 0
-        self.say(f"clipflow launch: got {name}; the workers exited {', '.join(describe_exit(c) for c in codes)} "
+        self.say(f"clipflow launch: got {name}; the workers ended ({', '.join(describe_exit(c) for c in codes)}) "
                  f"within {took:.1f} s; stopped {stopped} other running processes in {teardown_s:.1f} s")  # fmt: skip
         return 128 + (self.notice_signal or signal.SIGTERM)
