@@ -359,7 +359,8 @@ class Trainer:
                     self.board.step(step, batch_loss, lr)
                 if save_every and (it + 1) % save_every == 0 and it + 1 < self.iters_per_epoch:
                     self._checkpoint_inside(epoch, step, it + 1, totals)
-                self._stop_on_notice(epoch, step, it + 1, totals)
+                if it + 1 < self.iters_per_epoch:  # after the last step the epoch ends first; then the next one
+                    self._stop_on_notice(epoch, step, it + 1, totals)
         elapsed = time.perf_counter() - began
         speed = (totals.count - start.count, elapsed, data_time, step_time)  # this run's clips, not the carried ones
         loss_avg, acc, workers = self._global_metrics(totals, speed)
