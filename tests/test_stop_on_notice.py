@@ -133,6 +133,49 @@ def test_sigterm_while_the_workers_start_stops_them_inside_epoch_1_and_the_rerun
     assert_equal_weights(final_weights(whole), final_weights(stopped))
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from /proc), as a scheduler's signal to a whole job reaches them."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parents[int(entry)] = int(stat[1])
+    found, frontier = [], [pid]
+    while frontier:
+        frontier = [child for child, parent in parents.items() if parent in frontier]
+        found += frontier
+    return found
+
+
+def test_sigusr1_to_every_process_as_slurm_sends_it_stops_a_ps_run_resumable(tmp_path, tiny_videos):
+    """Slurm's --signal=USR1@120 signals every process of the job: the scheduler and servers ignore it, each worker
+    gets it twice (straight and passed on by the launcher), and the run still stops on notice, exit 79."""
+    splits = doubled_splits(tmp_path, tiny_videos)
+    argv, env = launch_command(tmp_path, tiny_videos, splits, "--stop-grace", str(STOP_GRACE), "--backend", "ps",
+                               overrides=RECIPE, env_extra={"CLIPFLOW_PROGRESS_S": "0.001"})  # fmt: skip
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines, reached = [], []
+    try:
+        for line in proc.stdout:  # type: ignore[union-attr]
+            lines.append(line)
+            if not reached and "] epoch 2/2:" in line:
+                reached = [proc.pid, *descendants(proc.pid)]
+                for pid in reached:
+                    os.kill(pid, signal.SIGUSR1)
+        code = proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    out = "".join(lines)
+    assert len(reached) >= 5, out  # the launcher, the scheduler, a server, two workers
+    assert code == RESUMABLE, out
+    assert "clipflow launch: got SIGUSR1: stopped on notice at epoch 2 iteration" in out
+    assert not re.search(r"(scheduler|server) \d+ on localhost failed", out)
+
+
 # ---------------------------------------------------------------- the launcher alone, with small real programs
 
 # A worker that takes 1 s to put its handler in place (SIGUSR1 held until then), then on SIGUSR1 says where it

@@ -1,10 +1,11 @@
 """A training worker's side of a stop on notice (a spot reclaim, Slurm's ``--signal=USR1@120``).
 
-SIGUSR1 or SIGTERM to a worker (forwarded by `clipflow train launch`, or sent by Slurm or the system to every
-process) only sets a flag: the step under way goes on. After each step the workers agree whether any of them
-got a notice, with one float summed through the back end (:meth:`Notice.agreed`), so that all of them stop
-after the same step; rank 0 then writes a checkpoint inside the epoch and every worker exits
-:data:`clipflow.ps.exitcodes.RESUMABLE`. A second signal ends the worker at once (the signal's default).
+SIGUSR1 or SIGTERM to a worker (passed on by `clipflow train launch`, or sent by Slurm or the system to every
+process) only sets a flag: the step under way goes on. Another SIGUSR1 changes nothing (Slurm signals every
+process, and the launcher passes its own on too); a SIGTERM after it ends the worker at once (the launcher's
+teardown). After each step the workers agree whether any of them got a notice, with one float summed through
+the back end (:meth:`Notice.agreed`), so that all of them stop after the same step; rank 0 then writes a
+checkpoint inside the epoch and every worker exits :data:`clipflow.ps.exitcodes.RESUMABLE`.
 
 The launcher starts a training worker with SIGUSR1 blocked (:data:`HELD`): a notice that comes while the worker
 is still starting waits, pending, until :meth:`Notice.install` has put the handler in place and unblocks it.
@@ -45,11 +46,11 @@ class Notice:
         return notice
 
     def _on_signal(self, signum: int, _frame: object) -> None:
-        if self.received is not None:  # the second one: stop now
+        if self.received is not None and signum == signal.SIGTERM:  # after a notice: the launcher's teardown
             signal.signal(signum, signal.SIG_DFL)
             signal.raise_signal(signum)
             return
-        self.received = signum  # no print here: the main thread may be inside one
+        self.received = self.received or signum  # no print here: the main thread may be inside one
 
     def agreed(self, comm) -> bool:
         """Collective: whether any worker got a notice (one float summed over the workers)."""
