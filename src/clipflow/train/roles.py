@@ -12,8 +12,9 @@ list, never inherited piecemeal.
 * ``local``: the role's process runs here with that environment.
 * ``ssh``: the OpenSSH client runs ``python -m clipflow.cluster.remote_exec`` on the
   role's host; the role's argv, environment and working directory go to it as one
-  JSON line on stdin (never on a command line, so secrets stay out of ``ps``), and
-  closing that stdin ends the role (:mod:`clipflow.cluster.remote_exec`).
+  JSON line on stdin (never on a command line, so secrets stay out of ``ps``), a
+  ``notice`` line later passes SIGUSR1 on to it, and closing that stdin ends the role
+  (:mod:`clipflow.cluster.remote_exec`).
 * ``slurm``: one ``srun`` step per role on its node; the environment travels with
   ``--export=ALL`` (:mod:`clipflow.cluster.slurm`).
 """
