@@ -22,6 +22,14 @@ TINY = {
 
 def launch(tmp_path, tiny_videos, splits_dir, *extra: str, overrides=None, env_extra=None, security="auto",
            recipe="slowfast_tiny_synthetic"):  # fmt: skip
+    argv, env = launch_command(tmp_path, tiny_videos, splits_dir, *extra, overrides=overrides, env_extra=env_extra,
+                               security=security, recipe=recipe)  # fmt: skip
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=180)
+
+
+def launch_command(tmp_path, tiny_videos, splits_dir, *extra: str, overrides=None, env_extra=None, security="auto",
+                   recipe="slowfast_tiny_synthetic") -> tuple[list[str], dict[str, str]]:  # fmt: skip
+    """The command line and environment of :func:`launch` (after making its plan), to start it with Popen."""
     plan = tmp_path / "plan.json"
     env = {**python_env(), "CLIPFLOW_HEARTBEAT_TIMEOUT": "10", **(env_extra or {})}
     made = subprocess.run(
@@ -30,14 +38,14 @@ def launch(tmp_path, tiny_videos, splits_dir, *extra: str, overrides=None, env_e
         env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert made.returncode == 0, made.stderr
-    return subprocess.run(
+    return (
         [sys.executable, "-m", "clipflow", "train", "launch", "--plan", str(plan), "--log-dir", str(tmp_path / "logs"),
          "--recipe", recipe, "--overrides", json.dumps(overrides or TINY),
          "--splits-dir", str(splits_dir),
          "--root", str(tiny_videos), "--checkpoint-root", str(tmp_path / "ckpt"),
          "--model-out", str(tmp_path / "model.pt"), "--metrics-out", str(tmp_path / "metrics.jsonl"), "--grace", "5",
          *extra],
-        env=env, capture_output=True, text=True, timeout=180,
+        env,
     )  # fmt: skip
 
 

@@ -312,6 +312,19 @@ LONG_JOB = (
     "    kv.pushpull(0, g, g); g.fill_(1.0); time.sleep(0.05)\n"
     "kv.close()\n"
 )
+# LONG_JOB that stops on SIGUSR1: the workers agree through the sum of a flag (all stop after the same round)
+NOTICED_JOB = (
+    "import os, signal, time, torch; from clipflow.ps import KVStore\n"
+    "told = []; signal.signal(signal.SIGUSR1, lambda *a: told.append(1))\n"
+    "kv = KVStore.create('dist_sync'); kv.init(0, torch.zeros(1)); g = torch.zeros(1)\n"
+    "print('worker', kv.rank, 'started', flush=True)\n"
+    "end = time.time() + 120\n"
+    "while time.time() < end:\n"
+    "    g.fill_(float(len(told))); kv.pushpull(0, g, g)\n"
+    "    if g[0] > 0: break\n"
+    "    time.sleep(0.05)\n"
+    "kv.close(); print('worker', kv.rank, 'got SIGUSR1' if told else 'ran out', flush=True)\n"
+)
 
 
 def _launch(
@@ -320,11 +333,12 @@ def _launch(
     log_dir: Path,
     *extra: str,
     cwd: Path | None = None,
+    program: str = LONG_JOB,
 ) -> subprocess.Popen:
     env = {**python_env(), "HOME": str(ssh_hosts.local_home), **ssh_hosts.agent_env}
     args = ["launch", "-n", "3", "-s", "3", "-H", job["hosts_file"], "--port", str(free_port()),
             "--heartbeat-timeout", "6", "--grace", "5", "--log-dir", str(log_dir), *ssh_args(job), *extra,
-            "--", sys.executable, "-c", LONG_JOB]  # fmt: skip
+            "--", sys.executable, "-c", program]  # fmt: skip
     return subprocess.Popen(
         [sys.executable, "-m", "clipflow", *args],
         env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -391,6 +405,30 @@ def test_ctrl_c_on_the_launcher_ends_every_process_on_every_host(
         digest = hashlib.sha256(SECRET.encode()).hexdigest()[:16]
         assert f"secret digest {digest}" in (log_dir / f"worker-{r}.log").read_text()  # ... but every worker got it
         assert (h.home / "launch-job" / "train_me.py").read_text() == "print('synced')\n"
+
+
+def test_sigusr1_to_the_launcher_reaches_the_programs_on_every_host(
+    ssh_hosts: NetnsHosts,  # noqa: F811
+    authorised: dict[str, str],
+) -> None:
+    """`clipflow launch` over ssh passes SIGUSR1 on (a notice line to each host's remote_exec, which signals its
+    program): the programs end cleanly, the scheduler and servers with them, and nothing is left on the hosts."""
+    job = authorised
+    log_dir = Path(job["work"]) / "notice"
+    proc = _launch(ssh_hosts, job, log_dir, program=NOTICED_JOB)
+    try:
+        _wait_started(proc, log_dir)
+        proc.send_signal(signal.SIGUSR1)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    assert "clipflow launch: got SIGUSR1: a notice; passed SIGUSR1 on to 3 workers" in out
+    assert "clipflow launch: got SIGUSR1; every worker then exited 0" in out
+    for r in range(3):
+        assert f"worker {r} got SIGUSR1" in (log_dir / f"worker-{r}.log").read_text()
+    assert _pids_left(ssh_hosts, 30) == {}
 
 
 def _cmdlines_with(text: str) -> list[int]:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from helpers import python_env
 
-from clipflow.cluster.remote_exec import MAX_LINE_BYTES, parse_request, request_line
+from clipflow.cluster.remote_exec import MAX_LINE_BYTES, NOTICE_LINE, parse_request, request_line
 from clipflow.errors import ClipflowError
 
 SUPERVISOR = [sys.executable, "-m", "clipflow.cluster.remote_exec"]
@@ -243,6 +243,59 @@ def test_signal_to_the_supervisor_stops_the_group(supervisors, pid_file, signum)
     assert all_gone([child, grandchild])
 
 
+# ---------------------------------------------------------------- a notice
+
+# Sleeps argv[2] seconds before it takes SIGUSR1 (a worker still starting), then writes "notice" to argv[1] when one
+# comes (SIGUSR1 unblocked: one held pending since the start arrives now) and exits 79.
+NOTICED = """
+import signal, sys, time
+time.sleep(float(sys.argv[2]))
+def on_notice(signum, frame):
+    open(sys.argv[1], "w").write("notice")
+    sys.exit(79)
+signal.signal(signal.SIGUSR1, on_notice)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
+time.sleep(600)
+"""
+
+
+def test_a_notice_line_is_passed_on_as_sigusr1_and_the_supervisor_goes_on(supervisors, tmp_path):
+    """A notice line after the request reaches the running command as SIGUSR1; the supervisor keeps supervising
+    and exits with the command's status; a line that is no notice is named and ignored."""
+    mark = tmp_path / "mark"
+    sup = start(supervisors)
+    send(sup, request_line(py(NOTICED, str(mark), "0"), {}, None))
+    time.sleep(1.5)  # the child has its handler by now (it does not hold the notice)
+    send(sup, b"hello\n")
+    send(sup, NOTICE_LINE)
+    rc, _, err = finish(sup)
+    assert rc == 79, err
+    assert mark.read_text() == "notice"
+    assert "a notice: passing SIGUSR1 on to" in err
+    assert "ignored a line on stdin that is no notice: b'hello'" in err
+
+
+def test_a_notice_sent_with_the_request_waits_for_a_command_that_holds_it(supervisors, tmp_path):
+    """hold_notice: the command starts with SIGUSR1 blocked, so a notice written together with the request (the
+    command still starting, 1 s without a handler) is not its death but waits for its handler."""
+    mark = tmp_path / "mark"
+    sup = start(supervisors)
+    send(sup, request_line(py(NOTICED, str(mark), "1"), {}, None, hold_notice=True) + NOTICE_LINE)
+    rc, _, err = finish(sup)
+    assert rc == 79, err
+    assert mark.read_text() == "notice"
+
+
+def test_without_hold_notice_an_early_notice_ends_the_command_by_its_signal(supervisors, tmp_path):
+    """The other side of the test above: unheld, the same early notice kills the command (SIGUSR1's default)."""
+    mark = tmp_path / "mark"
+    sup = start(supervisors)
+    send(sup, request_line(py(NOTICED, str(mark), "1"), {}, None) + NOTICE_LINE)
+    rc, _, err = finish(sup)
+    assert rc == 128 + signal.SIGUSR1, err
+    assert not mark.exists()
+
+
 # ---------------------------------------------------------------- bad requests
 
 
@@ -268,6 +321,7 @@ OK_ARGV = [sys.executable, "-c", "pass"]
         (line({"argv": OK_ARGV, "env": {"A=B": "x"}, "cwd": None}), "invalid variable name 'A=B'"),
         (line({"argv": OK_ARGV, "env": {}, "cwd": 5}), "'cwd' must be a non-empty path string or null"),
         (line({"argv": OK_ARGV, "env": {}, "cwd": None, "shell": True}), "unknown fields ['shell']"),
+        (line({"argv": OK_ARGV, "env": {}, "cwd": None, "hold_notice": 1}), "'hold_notice' must be true or false"),
         (b'{"argv": ["a"], "argv": ["b"], "env": {}, "cwd": null}\n', "duplicate keys ['argv']"),
         (b"", "stdin closed before a request line arrived"),
         (b'{"argv": ["a"]', "stdin closed in the middle of the request line"),
@@ -327,6 +381,8 @@ def test_request_line_is_one_line_and_round_trips():
     assert request.argv == ("prog", "a b", "ü")
     assert request.env == {"K": SECRET}
     assert request.cwd is None
+    assert request.hold_notice is False and b"hold_notice" not in encoded  # as before, for a plain command
+    assert parse_request(request_line(["prog"], {}, None, hold_notice=True)[:-1]).hold_notice is True
 
 
 @pytest.mark.parametrize(

@@ -70,12 +70,15 @@ def job_from_args(a: argparse.Namespace):
 
 
 def cmd_launch(a: argparse.Namespace) -> int:
+    from clipflow.ps.exitcodes import RESUMABLE
     from clipflow.train.launch import HostRun, launch_training
 
     source = Path(a.job) if a.job else None
     local = HostRun.of(a.staged, a.host_dir)
-    return launched(launch_training(job_from_args(a), a.log_dir, a.grace, source, local), "training",
-                    "rerun to resume from the last checkpoint")  # fmt: skip
+    code = launch_training(job_from_args(a), a.log_dir, a.grace, source, local)
+    if code == RESUMABLE:  # the launcher said where it stopped and that a rerun goes on from there
+        return code
+    return launched(code, "training", "rerun to resume from the last checkpoint")
 
 
 def cmd_worker(a: argparse.Namespace) -> int:

@@ -3,14 +3,19 @@
 The launcher runs ``ssh [opts] user@host 'exec /path/python -m clipflow.cluster.remote_exec'`` with the local
 ssh process's stdin a pipe, and the protocol on that pipe is:
 
-* The launcher writes ONE line: a JSON object ``{"argv": [str, ...], "env": {str: str}, "cwd": str | null}``
-  (built by :func:`request_line`; at most 1 MiB). This supervisor starts ``argv`` in ``cwd`` with its own
-  environment plus ``env`` (``env`` wins, and ``PYTHONUNBUFFERED=1``), in a new session (its own process
-  group), stdin from /dev/null, stdout and stderr inherited, so the command's output goes straight back
-  through ssh as it is written.
-* The launcher then keeps the pipe open for the life of the role. End of file on stdin means "stop": the
-  supervisor sends SIGTERM to the command's whole process group, SIGKILL after a grace period
-  (``CLIPFLOW_REMOTE_GRACE_S``, default 10 s), and exits 143.
+* The launcher writes ONE line: a JSON object ``{"argv": [str, ...], "env": {str: str}, "cwd": str | null}``,
+  maybe with ``"hold_notice": true`` (built by :func:`request_line`; at most 1 MiB). This supervisor starts
+  ``argv`` in ``cwd`` with its own environment plus ``env`` (``env`` wins, and ``PYTHONUNBUFFERED=1``), in a
+  new session (its own process group), stdin from /dev/null, stdout and stderr inherited, so the command's
+  output goes straight back through ssh as it is written. With ``hold_notice`` the command starts with
+  SIGUSR1 blocked (a training worker unblocks it once its handler is in place, :mod:`clipflow.train.notice`),
+  so a notice that comes while it starts waits instead of killing it.
+* The launcher then keeps the pipe open for the life of the role. Each further line ``notice`` (
+  :data:`NOTICE_LINE`) is a notice (a spot reclaim, a Slurm time limit near): the supervisor sends SIGUSR1 to
+  the command's process group and goes on supervising; the command decides what it does with it (training
+  workers stop after their step, resumable). Any other line is named on stderr and ignored.
+* End of file on stdin means "stop": the supervisor sends SIGTERM to the command's whole process group, SIGKILL
+  after a grace period (``CLIPFLOW_REMOTE_GRACE_S``, default 10 s), and exits 143.
 * SIGTERM, SIGINT or SIGHUP sent to the supervisor stop the group the same way; it exits 128 + the signal.
 * Otherwise it exits with the command's exit status (128 + S for a command killed by signal S), after
   killing whatever the command left running in its process group.
@@ -46,6 +51,9 @@ EVENT_POLL_S = 1.0
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 PREFIX = "clipflow remote_exec"
 FIELDS = ("argv", "env", "cwd")
+OPTIONAL = ("hold_notice",)
+NOTICE_LINE = b"notice\n"  # after the request: pass SIGUSR1 on to the command's group
+NOTICE_SIGNAL = signal.SIGUSR1
 
 
 class RemoteExecError(ClipflowError):
@@ -61,15 +69,18 @@ class Request:
     argv: tuple[str, ...]
     env: dict[str, str]
     cwd: str | None
+    hold_notice: bool = False
 
 
 # ---------------------------------------------------------------- the request line (both ends)
 
 
-def request_line(argv: Sequence[str], env: Mapping[str, str], cwd: str | None) -> bytes:
+def request_line(argv: Sequence[str], env: Mapping[str, str], cwd: str | None, hold_notice: bool = False) -> bytes:
     """The JSON line the launcher writes to the supervisor's stdin, ending in ``b"\\n"``."""
-    request = validated_request({"argv": list(argv) if not isinstance(argv, str) else argv, "env": env, "cwd": cwd})
-    payload = {"argv": list(request.argv), "env": request.env, "cwd": request.cwd}
+    request = validated_request({"argv": list(argv) if not isinstance(argv, str) else argv, "env": env, "cwd": cwd,
+                                 **({"hold_notice": True} if hold_notice else {})})  # fmt: skip
+    payload = {"argv": list(request.argv), "env": request.env, "cwd": request.cwd,
+               **({"hold_notice": True} if request.hold_notice else {})}  # fmt: skip
     line = json.dumps(payload, ensure_ascii=True, separators=(",", ":")).encode("ascii")
     if len(line) > MAX_LINE_BYTES:
         raise RemoteExecError(
@@ -102,13 +113,16 @@ def reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def validated_request(payload: Any) -> Request:
     if not isinstance(payload, dict):
         raise RemoteExecError(f"the request must be a JSON object, got {json_type(payload)}")
-    unknown = sorted(set(payload) - set(FIELDS))
+    unknown = sorted(set(payload) - set(FIELDS) - set(OPTIONAL))
     missing = [field for field in FIELDS if field not in payload]
     if unknown:
         raise RemoteExecError(f"the request has unknown fields {unknown}; expected {list(FIELDS)}")
     if missing:
         raise RemoteExecError(f"the request lacks the fields {missing}; expected {list(FIELDS)}")
-    return Request(validated_argv(payload["argv"]), validated_env(payload["env"]), validated_cwd(payload["cwd"]))
+    hold = payload.get("hold_notice", False)
+    if not isinstance(hold, bool):
+        raise RemoteExecError(f"'hold_notice' must be true or false, got {json_type(hold)}")
+    return Request(validated_argv(payload["argv"]), validated_env(payload["env"]), validated_cwd(payload["cwd"]), hold)
 
 
 def validated_argv(argv: Any) -> tuple[str, ...]:
@@ -156,9 +170,9 @@ def json_type(value: Any) -> str:
 # ---------------------------------------------------------------- reading stdin
 
 
-def read_request_line(fd: int, limit: int = MAX_LINE_BYTES) -> bytes:
-    """The first line on ``fd`` without its newline. Reads with os.read (no buffered reader shared with the
-    stdin watcher); bytes after the newline are discarded."""
+def read_request_line(fd: int, limit: int = MAX_LINE_BYTES) -> tuple[bytes, bytes]:
+    """The first line on ``fd`` without its newline, and the bytes read after it (for the stdin watcher). Reads
+    with os.read (no buffered reader shared with the stdin watcher)."""
     line = bytearray()
     while True:
         try:
@@ -174,7 +188,7 @@ def read_request_line(fd: int, limit: int = MAX_LINE_BYTES) -> bytes:
         if len(line) > limit:
             raise RemoteExecError(f"the request line is longer than the limit of {limit} bytes")
         if newline >= 0:
-            return bytes(line)
+            return bytes(line), chunk[newline + 1 :]
 
 
 def ensure_blocking(fd: int) -> None:
@@ -185,11 +199,24 @@ def ensure_blocking(fd: int) -> None:
         pass
 
 
-def watch_for_eof(fd: int, events: queue.SimpleQueue[tuple[str, int]]) -> None:
-    """Read and discard ``fd`` until end of file (or an error), then report it."""
+def watch_stdin(fd: int, events: queue.SimpleQueue[tuple[str, int]], pending: bytes = b"") -> None:
+    """Read ``fd`` (after the request, whose trailing bytes are ``pending``) line by line until end of file (or
+    an error): each notice line is reported, any other named on stderr; then the end is reported."""
+    buffer = pending
     try:
-        while os.read(fd, 65536):
-            pass
+        while True:
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                if line + b"\n" == NOTICE_LINE:
+                    events.put(("notice", 0))
+                elif line.strip():
+                    say(f"ignored a line on stdin that is no notice: {line[:80]!r}")
+            if len(buffer) > MAX_LINE_BYTES:
+                buffer = b""
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            buffer += chunk
     except OSError:
         pass
     events.put(("eof", 0))
@@ -213,6 +240,7 @@ def start_child(request: Request) -> subprocess.Popen[bytes]:
     program = request.argv[0]
     if request.cwd is not None and not os.path.isdir(request.cwd):
         raise RemoteExecError(f"the working directory {request.cwd!r} does not exist (or is not a directory)")
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {NOTICE_SIGNAL}) if request.hold_notice else None
     try:
         return subprocess.Popen(
             request.argv,
@@ -227,6 +255,9 @@ def start_child(request: Request) -> subprocess.Popen[bytes]:
         raise RemoteExecError(f"permission denied executing {program!r}", exit_code=126) from None
     except OSError as e:
         raise RemoteExecError(f"cannot execute {program!r}: {e.strerror or e}", exit_code=126) from None
+    finally:
+        if held is not None:  # the child inherited the blocked notice; this process takes signals as before
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def signal_group(pgid: int, signum: int) -> None:
@@ -262,7 +293,7 @@ def stop_group(child: subprocess.Popen[bytes], exited: threading.Event, grace_s:
 # ---------------------------------------------------------------- supervising
 
 
-def supervise(request: Request, grace_s: float, stdin_fd: int) -> int:
+def supervise(request: Request, grace_s: float, stdin_fd: int, pending: bytes = b"") -> int:
     events: queue.SimpleQueue[tuple[str, int]] = queue.SimpleQueue()
     for signum in STOP_SIGNALS:
         signal.signal(signum, lambda received, _frame: events.put(("signal", received)))
@@ -275,9 +306,14 @@ def supervise(request: Request, grace_s: float, stdin_fd: int) -> int:
         events.put(("exited", 0))
 
     threading.Thread(target=wait_for_child, name="child-waiter", daemon=True).start()
-    threading.Thread(target=watch_for_eof, args=(stdin_fd, events), name="stdin-watcher", daemon=True).start()
-    kind, value = next_event(events)
+    watcher = threading.Thread(target=watch_stdin, args=(stdin_fd, events, pending), name="stdin-watcher", daemon=True)
+    watcher.start()
     program = f"{request.argv[0]} (pid {child.pid})"
+    kind, value = next_event(events)
+    while kind == "notice" and not exited.is_set():
+        say(f"a notice: passing SIGUSR1 on to {program}")
+        signal_group(child.pid, NOTICE_SIGNAL)
+        kind, value = next_event(events)
     if kind == "exited" or exited.is_set():
         signal_group(child.pid, signal.SIGKILL)
         return exit_status(child.returncode)
@@ -307,8 +343,8 @@ def main() -> int:
     try:
         grace_s = grace_seconds(os.environ)
         ensure_blocking(stdin_fd)
-        request = parse_request(read_request_line(stdin_fd))
-        return supervise(request, grace_s, stdin_fd)
+        line, pending = read_request_line(stdin_fd)
+        return supervise(parse_request(line), grace_s, stdin_fd, pending)
     except RemoteExecError as e:
         say(f"error: {e}")
         return e.exit_code

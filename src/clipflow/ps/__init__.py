@@ -14,6 +14,7 @@ tracked until answered), ``reliable`` (resend and duplicates).
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -29,8 +30,12 @@ __all__ = ["KVStore", "PSConfig", "run_role", "run_scheduler", "run_server"]
 
 
 def run_role(environ: Mapping[str, str] | None = None) -> int:
-    """Run this process's DMLC_ROLE (scheduler or server) and return its exit status."""
+    """Run this process's DMLC_ROLE (scheduler or server) and return its exit status. A notice (SIGUSR1, which
+    Slurm's ``--signal=USR1@...`` sends to every process of the job) is the workers' to act on: here it is ignored,
+    and the role ends as at the end of the run once the workers have stopped."""
     cfg = PSConfig.from_env(os.environ if environ is None else environ)
+    if cfg.role in ("scheduler", "server"):
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     if cfg.role == "scheduler":
         return run_scheduler(cfg)
     if cfg.role == "server":

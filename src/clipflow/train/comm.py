@@ -43,7 +43,7 @@ class PSComm:
     transport = "zmq"  # what carries the gradients
     # one key per use: a key keeps the size its first push gave it
     KEYS = {"buffers": 100_000, "optimizer": 200_000, "meta": 300_000, "metrics": 300_001, "val": 300_002,
-            "partial": 300_003, "carried": 300_004}  # fmt: skip
+            "partial": 300_003, "carried": 300_004, "notice": 300_005}  # fmt: skip
 
     def __init__(self, kv: Any, settings: PSSettings):
         self.kv, self.settings = kv, settings

@@ -26,7 +26,15 @@ from clipflow.errors import ClipflowError
 from clipflow.files import check_output_dir, check_output_file
 from clipflow.recipe import check_span_in_lists
 from clipflow.train.job import JOB_FILE, TrainJob
-from clipflow.train.launcher import Ending, Launcher, RoleCommand, program_problem
+from clipflow.train.launcher import (
+    FORWARD_NOTICE,
+    TRAIN_NOTICE,
+    Ending,
+    Launcher,
+    NoticePolicy,
+    RoleCommand,
+    program_problem,
+)
 from clipflow.train.restarts import check_restart_inputs, run_with_restarts
 from clipflow.train.resume_check import check_resume, job_facts, set_aside
 from clipflow.train.roles import role_commands
@@ -35,7 +43,7 @@ Command = Callable[[Role], Sequence[str]]  # a worker's clipflow arguments
 
 
 def worker_commands(plan: Plan, command: Command, backend: str, log_dir: str, host_logs: bool,
-                    workdir: str = "") -> list[RoleCommand]:  # fmt: skip
+                    workdir: str = "", hold_notice: bool = False) -> list[RoleCommand]:  # fmt: skip
     """What runs where: ``python -m clipflow`` with each worker's ``command`` on the plan's workers (with backend
     ps also its scheduler and servers). ``host_logs``: each role also keeps its log on its own host, for
     collection. ``workdir``: the roles' working folder on ssh hosts (default: the plan's)."""
@@ -44,23 +52,28 @@ def worker_commands(plan: Plan, command: Command, backend: str, log_dir: str, ho
     def argv(role: Role) -> list[str]:
         return [python, "-m", "clipflow", *command(role)]
 
-    return role_commands(plan, argv, backend=backend, log_dir=log_dir if host_logs else "", workdir=workdir)
+    return role_commands(plan, argv, backend=backend, log_dir=log_dir if host_logs else "", workdir=workdir,
+                         hold_notice=hold_notice)  # fmt: skip
 
 
 def launch_workers(plan: Plan, command: Command, backend: str, log_dir: str, grace: float, host_logs: bool,
-                   workdir: str = "") -> int:  # fmt: skip
-    """Runs :func:`worker_commands` until the first failure; the launcher's exit code."""
-    return run_workers(plan, command, backend, log_dir, grace, host_logs, workdir).code
+                   workdir: str = "", stop_grace: float | None = None) -> int:  # fmt: skip
+    """Runs :func:`worker_commands` until the first failure; the launcher's exit code (:func:`run_workers`)."""
+    return run_workers(plan, command, backend, log_dir, grace, host_logs, workdir, stop_grace).code
 
 
 def run_workers(plan: Plan, command: Command, backend: str, log_dir: str, grace: float, host_logs: bool,
-                workdir: str = "") -> Ending:  # fmt: skip
-    """:func:`launch_workers`, telling how the launch ended (:class:`clipflow.train.launcher.Ending`)."""
+                workdir: str = "", stop_grace: float | None = None) -> Ending:  # fmt: skip
+    """:func:`launch_workers`, telling how the launch ended (:class:`clipflow.train.launcher.Ending`).
+    ``stop_grace``: training workers, which stop on notice (SIGTERM or SIGUSR1 to the launcher) within that many
+    seconds, resumable; None (evaluation): either signal stops everything at once."""
     if backend == "ps":
         check_security(plan)
     check_ports(plan)
-    commands = worker_commands(plan, command, backend, log_dir, host_logs, workdir)
-    launcher = Launcher(commands, log_dir, grace_s=grace)
+    training = stop_grace is not None
+    commands = worker_commands(plan, command, backend, log_dir, host_logs, workdir, hold_notice=training)
+    notice = NoticePolicy(signals=TRAIN_NOTICE, seconds=stop_grace) if training else None
+    launcher = Launcher(commands, log_dir, grace_s=grace, notice=notice)
     launcher.run()
     return launcher.ending
 
@@ -109,7 +122,9 @@ def launch_training(job: TrainJob, log_dir: str, grace: float, source: Path | No
         if local is not None:
             return launch_on_own_disks(current, local, log_dir, grace)
         command = job_command("train", current_file or job_file)
-        return run_workers(current.plan, command, current.backend, log_dir, grace, host_logs=True)
+        return run_workers(
+            current.plan, command, current.backend, log_dir, grace, host_logs=True, stop_grace=current.policy.stop_grace
+        )
 
     return run_with_restarts(job, attempt)
 
@@ -173,7 +188,16 @@ def launch_on_own_disks(job: TrainJob, local: HostRun, log_dir: str, grace: floa
     else:
         host_run.place_newest_checkpoint(job, remote)
     command = job_command("train", f"{local.folder}/{JOB_FILE}")
-    ending = run_workers(plan, command, job.backend, log_dir, grace, host_logs=True, workdir=local.folder)
+    ending = run_workers(
+        plan,
+        command,
+        job.backend,
+        log_dir,
+        grace,
+        host_logs=True,
+        workdir=local.folder,
+        stop_grace=job.policy.stop_grace,
+    )
     if ending.code == 0:
         host_run.fetch_outputs(job, remote)
     else:
@@ -205,7 +229,9 @@ class LaunchConfig:
 def launch_program(config: LaunchConfig, command: Sequence[str]) -> int:
     """MXNet launch.py's job: a scheduler, the servers and the workers running ``command``, the same logs,
     teardown and exit code. With the local launcher, a program that cannot be started (not found, not
-    executable) is a ClipflowError before any role starts."""
+    executable) is a ClipflowError before any role starts. SIGUSR1 to the launcher is passed on to the workers'
+    programs, which get ``config.grace`` seconds to exit before everything is stopped; SIGTERM and SIGINT stop
+    everything at once."""
     if not command:
         raise ClipflowError("no command to launch: clipflow launch -n 2 -H hosts -- python train.py ...")
     if config.launcher == "local":  # on other hosts the program is theirs to find (remote_exec, srun say so)
@@ -223,4 +249,5 @@ def launch_program(config: LaunchConfig, command: Sequence[str]) -> int:
         for host in config.hosts:
             sync_host(Path.cwd(), host, config.sync_dst_dir, config.ssh)
     commands = role_commands(plan, list(command), dict(config.env or {}))
-    return Launcher(commands, config.log_dir, grace_s=config.grace).run()
+    notice = NoticePolicy(signals=FORWARD_NOTICE, seconds=config.grace)
+    return Launcher(commands, config.log_dir, grace_s=config.grace, notice=notice).run()

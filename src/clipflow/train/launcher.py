@@ -2,8 +2,20 @@
 
 Each process's lines come back prefixed `[role rank host]`, on the console and in
 one log file per process. When any process exits non-zero, or the launcher gets
-SIGINT or SIGTERM, every other process is sent SIGTERM, then SIGKILL after a grace
-period, and the launcher's exit code is the failure's. Processes that only echo a
+SIGINT, SIGTERM or SIGUSR1, every other process is sent SIGTERM, then SIGKILL after a
+grace period, and the launcher's exit code is the failure's (128 + the signal's).
+
+A :class:`NoticePolicy` makes some of those signals a notice instead (a spot reclaim,
+Slurm's ``--signal=USR1@120``): the launcher passes SIGUSR1 on to every worker (a local
+or srun role: its process group; an ssh role: a notice line to its supervisor,
+:mod:`clipflow.cluster.remote_exec`) and waits up to the policy's seconds for the
+workers to end. Training workers (`clipflow train launch`: SIGTERM and SIGUSR1) finish
+their step, rank 0 checkpoints, and all exit RESUMABLE: the launcher stops the rest and
+exits RESUMABLE with one line saying where it stopped (a worker that got the notice
+straight from Slurm or the system and exits RESUMABLE is taken the same way). The
+programs of `clipflow launch` (SIGUSR1 only) do what they do with it. A second signal,
+or workers still running when the time is up, falls back to the teardown above.
+SIGINT always stops at once. Processes that only echo a
 failure elsewhere (exit status ABORTED) are not taken for its cause while the cause
 can still be seen exiting. Nothing is left running. A program that cannot be started
 here (not found, not executable) is one ClipflowError naming it and its role, after
@@ -25,9 +37,11 @@ from pathlib import Path
 from typing import IO
 
 from clipflow.cluster.plan import Role
+from clipflow.cluster.remote_exec import NOTICE_LINE
 from clipflow.errors import ClipflowError
 from clipflow.made import Made
-from clipflow.ps.exitcodes import ABORTED
+from clipflow.ps.exitcodes import ABORTED, RESUMABLE
+from clipflow.train.notice import HELD, STOPPED
 
 POLL_S = 0.1
 SETTLE_S = 3.0  # after an echo of a failure, how long to wait for the process that caused it
@@ -40,6 +54,7 @@ class RoleCommand:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     stdin: bytes | None = None  # written to the process's stdin, which then stays open until teardown (ssh roles)
+    hold_notice: bool = False  # started with SIGUSR1 blocked: the program unblocks it once its handler is in place
 
     @property
     def tag(self) -> str:
@@ -94,20 +109,42 @@ def describe_exit(code: int, cmd: RoleCommand | None = None) -> str:
     return f"exit code {code}"
 
 
+TRAIN_NOTICE = frozenset({signal.SIGTERM, signal.SIGUSR1})
+FORWARD_NOTICE = frozenset({signal.SIGUSR1})
+STOPPED_PREFIX = STOPPED.split("{", 1)[0]  # how a training worker's line about its stop begins
+
+
+@dataclass(frozen=True)
+class NoticePolicy:
+    """Which of the launcher's signals are a notice for the workers, and how many seconds they get to end."""
+
+    signals: frozenset[int]
+    seconds: float
+
+
 class Launcher:
     def __init__(
-        self, commands: list[RoleCommand], log_dir: str | Path, grace_s: float = 10.0, console: IO[str] | None = None
+        self,
+        commands: list[RoleCommand],
+        log_dir: str | Path,
+        grace_s: float = 10.0,
+        console: IO[str] | None = None,
+        notice: NoticePolicy | None = None,
     ):
         self.commands = commands
         self.log_dir = Path(log_dir)
         self.grace_s = grace_s
         self.console = console or sys.stdout
+        self.notice = notice
         self.lock = threading.Lock()
         self.procs: list[subprocess.Popen] = []
         self.readers: list[threading.Thread] = []
         self.stop_signal: int | None = None
+        self.notice_signal: int | None = None  # the signal taken as a notice, not yet passed on
+        self.notice_at: float | None = None  # when the workers were told (or one stopped on a notice of its own)
         self.last_lines: dict[int, str] = {}  # process index -> its last non-empty output line
         self.ending = Ending(0)  # set by run()
+        self.stopped_line: str | None = None  # a training worker's line saying where it stopped on notice
 
     def _claim_logs(self) -> None:
         """The roles' logs (``<role>-<rank>.log``, written anew each run) recorded in the log folder as clipflow's
@@ -130,10 +167,14 @@ class Launcher:
                 log.flush()
                 if line.strip():
                     self.last_lines[index] = line.strip()
+                if line.startswith(STOPPED_PREFIX):
+                    self.stopped_line = line.strip()
                 self.say(f"[{cmd.tag}] {line}")
 
     def _start(self, cmd: RoleCommand) -> None:
         env = {**os.environ, **cmd.env, "PYTHONUNBUFFERED": "1"}
+        held = cmd.hold_notice and cmd.stdin is None  # an ssh role's is held by its supervisor
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, HELD) if held else None  # the child inherits the mask
         try:
             proc = subprocess.Popen(
                 cmd.argv,
@@ -145,6 +186,9 @@ class Launcher:
             )
         except OSError as exc:  # not found, not executable: run() stops the roles started before this one
             raise cannot_start(cmd, exc) from None
+        finally:
+            if mask is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         if cmd.stdin is not None:
             proc.stdin.write(cmd.stdin)  # type: ignore[union-attr]
             proc.stdin.flush()  # type: ignore[union-attr]
@@ -154,7 +198,39 @@ class Launcher:
         self.readers.append(reader)
 
     def _on_signal(self, signum: int, _frame: object) -> None:
-        self.stop_signal = signum
+        first = self.notice_signal is None and self.notice_at is None
+        if self.notice is not None and signum in self.notice.signals and first:
+            self.notice_signal = signum  # passed on by the main loop
+        else:
+            self.stop_signal = signum
+
+    def _pass_notice(self, workers: list[int]) -> None:
+        """SIGUSR1 to every running worker: its process group, or a notice line to an ssh role's supervisor."""
+        self.notice_at = time.monotonic()
+        told = 0
+        for i in workers:
+            proc = self.procs[i]
+            if proc.poll() is not None:
+                continue
+            try:
+                if proc.stdin is not None:
+                    proc.stdin.write(NOTICE_LINE)
+                    proc.stdin.flush()
+                else:
+                    os.killpg(proc.pid, signal.SIGUSR1)
+                told += 1
+            except (OSError, ProcessLookupError):
+                pass
+        name = signal.Signals(self.notice_signal).name  # type: ignore[arg-type]
+        self.say(f"clipflow launch: got {name}: a notice; passed SIGUSR1 on to {told} workers, which get "
+                 f"{self.notice.seconds:g} s to stop")  # type: ignore[union-attr]  # fmt: skip
+
+    def _ended(self, index: int, code: int | None, workers: list[int]) -> bool:
+        """Whether a process's exit is no failure: 0, or after a notice a worker's RESUMABLE (or its death by the
+        SIGUSR1 passed on, from a program that does not take it)."""
+        if code == 0:
+            return True
+        return self.notice_at is not None and index in workers and code in (RESUMABLE, -signal.SIGUSR1)
 
     def _terminate_all(self) -> int:
         """SIGTERM every live process group, SIGKILL after the grace period; returns how many were running."""
@@ -183,17 +259,21 @@ class Launcher:
 
     def run(self) -> int:
         self._claim_logs()
-        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
         failure: tuple[RoleCommand, int] | None = None
+        workers = [i for i, c in enumerate(self.commands) if c.role.role == "worker"]
         try:
             for cmd in self.commands:
                 self._start(cmd)
-            workers = [i for i, c in enumerate(self.commands) if c.role.role == "worker"]
             workers_done_at: float | None = None
             first_echo_at: float | None = None
             while self.stop_signal is None:
+                if self.notice_signal is not None and self.notice_at is None:
+                    self._pass_notice(workers)
                 codes = [p.poll() for p in self.procs]
-                bad = [i for i, c in enumerate(codes) if c not in (None, 0)]
+                if self.notice_at is None and any(codes[i] == RESUMABLE for i in workers):
+                    self.notice_at = time.monotonic()  # a worker got a notice of its own (from Slurm, say)
+                bad = [i for i, c in enumerate(codes) if c is not None and not self._ended(i, c, workers)]
                 causes = [i for i in bad if codes[i] != ABORTED]
                 if causes:
                     failure = (self.commands[causes[0]], codes[causes[0]])  # type: ignore[assignment]
@@ -203,16 +283,24 @@ class Launcher:
                     if time.monotonic() - first_echo_at > SETTLE_S:
                         failure = (self.commands[bad[0]], codes[bad[0]])  # type: ignore[assignment]
                         break
-                if all(c == 0 for c in codes):
+                if all(c is not None and self._ended(i, c, workers) for i, c in enumerate(codes)):
                     break
-                if all(codes[i] == 0 for i in workers):
+                if all(codes[i] is not None and self._ended(i, codes[i], workers) for i in workers):
                     workers_done_at = workers_done_at or time.monotonic()
-                    if time.monotonic() - workers_done_at > self.grace_s:
+                    linger = self.grace_s  # after a notice: within the notice's time, in all
+                    if self.notice_at is not None:
+                        linger = self.notice_at + self.notice_s - workers_done_at
+                    if time.monotonic() - workers_done_at > linger:
                         self.say(
                             "clipflow launch: the workers finished but the scheduler or a server did not "
                             f"exit within {self.grace_s:.0f} s; stopping them"
                         )
                         break
+                elif self.notice_at is not None and time.monotonic() - self.notice_at > self.notice_s:
+                    self.say(f"clipflow launch: the workers did not stop within {self.notice_s:g} s of the notice; "
+                             "stopping everything")  # fmt: skip
+                    self.stop_signal = self.notice_signal or signal.SIGTERM
+                    break
                 time.sleep(POLL_S)
         finally:
             teardown_began = time.monotonic()
@@ -239,5 +327,32 @@ class Launcher:
             cause = f"{cmd.role.role} {cmd.role.rank} on {cmd.role.host} failed ({describe_exit(code, cmd)})"
             self.ending = Ending(code if code > 0 else 128 - code, cause, failed=True)
             return self.ending.code
+        if self.notice_at is not None:
+            code = self._after_notice(workers, stopped, teardown_s)
+            self.ending = Ending(code, "" if code == 0 else "stopped on notice")
+            return code
         self.ending = Ending(0)
         return 0
+
+    @property
+    def notice_s(self) -> float:
+        return self.notice.seconds if self.notice is not None else self.grace_s
+
+    def _after_notice(self, workers: list[int], stopped: int, teardown_s: float) -> int:
+        """The exit code and line once every worker ended after a notice: RESUMABLE when all stopped so, 0 when
+        they all exited 0 (a run that finished first; a program of `clipflow launch` that ends cleanly on it), else
+        128 + the notice's signal."""
+        name = signal.Signals(self.notice_signal).name if self.notice_signal else "a notice"
+        codes = [self.procs[i].returncode for i in workers]
+        took = time.monotonic() - self.notice_at  # type: ignore[operator]
+        if all(code == RESUMABLE for code in codes):
+            where = self.stopped_line or "stopped on notice"
+            self.say(f"clipflow launch: got {name}: {where} ({took:.1f} s after the notice; "
+                     f"exit {RESUMABLE}: resumable)")  # fmt: skip
+            return RESUMABLE
+        if all(code == 0 for code in codes):
+            self.say(f"clipflow launch: got {name}; every worker then exited 0 (done)")
+            return 0
+        self.say(f"clipflow launch: got {name}; the workers ended ({', '.join(describe_exit(c) for c in codes)}) "
+                 f"within {took:.1f} s; stopped {stopped} other running processes in {teardown_s:.1f} s")  # fmt: skip
+        return 128 + (self.notice_signal or signal.SIGTERM)

@@ -12,8 +12,9 @@ list, never inherited piecemeal.
 * ``local``: the role's process runs here with that environment.
 * ``ssh``: the OpenSSH client runs ``python -m clipflow.cluster.remote_exec`` on the
   role's host; the role's argv, environment and working directory go to it as one
-  JSON line on stdin (never on a command line, so secrets stay out of ``ps``), and
-  closing that stdin ends the role (:mod:`clipflow.cluster.remote_exec`).
+  JSON line on stdin (never on a command line, so secrets stay out of ``ps``), a
+  ``notice`` line later passes SIGUSR1 on to it, and closing that stdin ends the role
+  (:mod:`clipflow.cluster.remote_exec`).
 * ``slurm``: one ``srun`` step per role on its node; the environment travels with
   ``--export=ALL`` (:mod:`clipflow.cluster.slurm`).
 """
@@ -73,6 +74,7 @@ def role_commands(
     backend: str = "ps",
     log_dir: str = "",
     workdir: str = "",
+    hold_notice: bool = False,
 ) -> list[RoleCommand]:
     """Workers run ``worker_argv`` (a full command line, or the function giving a worker's); with ``backend``
     ps the scheduler and servers run `clipflow ps role`, with ddp there are none.
@@ -80,7 +82,9 @@ def role_commands(
     ``extra_env`` (the launcher's ``--env K=V``) is added to every role's environment. With ``log_dir``
     (the launcher's), each role keeps its own log on its host (:func:`clipflow.host_log.host_log_path`).
     ``workdir``: the roles' working folder on ssh hosts instead of the plan's (a run's own folder on hosts with
-    their own disks).
+    their own disks). ``hold_notice``: the workers take a notice themselves (training workers,
+    :mod:`clipflow.train.notice`): each starts with SIGUSR1 blocked, here or on its ssh host, until its handler is in
+    place.
     """
     python = plan.python or sys.executable
     per_host: dict[str, int] = {}
@@ -105,20 +109,22 @@ def role_commands(
             argv = list(worker_argv(r) if callable(worker_argv) else worker_argv)
         else:
             argv = [python, "-m", "clipflow", "ps", "role"]
-        commands.append(_wrap(plan, r, argv, env, python, workdir))
+        commands.append(_wrap(plan, r, argv, env, python, workdir, hold_notice and r.role == "worker"))
     return commands
 
 
-def _wrap(plan: Plan, role: Role, argv: list[str], env: dict[str, str], python: str, workdir: str) -> RoleCommand:
+def _wrap(plan: Plan, role: Role, argv: list[str], env: dict[str, str], python: str, workdir: str,
+          hold: bool) -> RoleCommand:  # fmt: skip
     if plan.launcher == "ssh":
         settings = plan.ssh_settings()
         workdir = _remote_dir(workdir or plan.workdir or os.getcwd())
         remote = f"cd {workdir} && exec {shlex.quote(python)} -m clipflow.cluster.remote_exec"
         host = parse_host(role.host, f"the plan's host of {role.role} {role.rank}")
-        return RoleCommand(role, ssh_argv(host, settings, remote), {}, stdin=request_line(argv, env, None))
-    if plan.launcher == "slurm":
+        request = request_line(argv, env, None, hold_notice=hold)
+        return RoleCommand(role, ssh_argv(host, settings, remote), {}, stdin=request, hold_notice=hold)
+    if plan.launcher == "slurm":  # srun passes SIGUSR1 on to its task, which Slurm starts, not this process
         return RoleCommand(role, srun_argv(parse_host(role.host, "the plan").host, argv), env)
-    return RoleCommand(role, argv, env)
+    return RoleCommand(role, argv, env, hold_notice=hold)
 
 
 def _remote_dir(path: str) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,7 @@ from clipflow.train.checkpoint import RUN_FACTS, CheckpointStore, atomic_save
 from clipflow.train.comm import DDPComm, PSComm
 from clipflow.train.faults import FaultInjector
 from clipflow.train.job import TrainJob
+from clipflow.train.notice import Notice, StoppedOnNotice
 from clipflow.train.progress import TensorBoardScalars, epoch_bar, progress_interval
 from clipflow.train.resume_check import check_resume, job_facts
 from clipflow.train.schedule import Schedule, scaled_lr
@@ -65,8 +67,10 @@ def step_seed(seed: int, rank: int, step: int) -> int:
 
 
 class Trainer:
-    def __init__(self, job: TrainJob, comm: PSComm | DDPComm, device: torch.device | None = None, log=print):
+    def __init__(self, job: TrainJob, comm: PSComm | DDPComm, device: torch.device | None = None, log=print,
+                 notice: Notice | None = None):  # fmt: skip
         self.job, self.comm, self.log = job, comm, log
+        self.notice = notice  # checked after every step: stop there, resumable (clipflow.train.notice)
         recipe, paths, seed = job.recipe, job.paths, job.seed
         self.recipe, self.paths, self.seed = recipe, paths, seed
         self.device = device or torch.device("cpu")
@@ -238,7 +242,7 @@ class Trainer:
 
     # -- the loop --------------------------------------------------------------------------------
 
-    def _checkpoint(self, epoch: int, step: int, iteration: int = 0, partial: dict | None = None) -> None:
+    def _checkpoint(self, epoch: int, step: int, iteration: int = 0, partial: dict | None = None) -> Path:
         """Rank 0 saves; ``iteration`` > 0: inside ``epoch``, after that many iterations, with the sampler's
         position and the epoch's ``partial`` totals so far (every worker's, :func:`checkpoint_record`)."""
         state = {
@@ -262,12 +266,27 @@ class Trainer:
             state["partial"] = partial
         path = self.store.save(state, epoch, iteration)
         self.log(f"checkpoint {path}")
+        return path
 
-    def _checkpoint_inside(self, epoch: int, step: int, iteration: int, mine: Totals) -> None:
-        """A checkpoint inside an epoch: rank 0 gathers every worker's totals so far (collective) and saves."""
+    def _checkpoint_inside(self, epoch: int, step: int, iteration: int, mine: Totals) -> Path | None:
+        """A checkpoint inside an epoch: rank 0 gathers every worker's totals so far (collective) and saves; its
+        path on rank 0."""
         every = gather(self.comm.all_sum, "partial", mine, self.rank, self.num_workers)
         if self.rank == 0:
-            self._checkpoint(epoch, step, iteration, checkpoint_record(every))
+            return self._checkpoint(epoch, step, iteration, checkpoint_record(every))
+        return None
+
+    def _stop_on_notice(self, epoch: int, step: int, iteration: int, mine: Totals) -> None:
+        """After every step (collective): when any worker got a notice, rank 0 saves a checkpoint inside the
+        epoch, every worker waits for it, and StoppedOnNotice ends the run here (the worker exits RESUMABLE)."""
+        if self.notice is None or not self.notice.agreed(self.comm):
+            return
+        path = self._checkpoint_inside(epoch, step, iteration, mine)
+        self.comm.barrier()  # nobody leaves before the checkpoint is written
+        stopped = StoppedOnNotice(epoch, iteration, path)
+        if self.rank == 0:
+            self.log(f"{stopped}; rerun the same command to go on")
+        raise stopped
 
     def _append_history(self, record: dict, resumed_epoch: int) -> None:
         lines = []
@@ -344,6 +363,8 @@ class Trainer:
                     self.board.step(step, batch_loss, lr)
                 if save_every and (it + 1) % save_every == 0 and it + 1 < self.iters_per_epoch:
                     self._checkpoint_inside(epoch, step, it + 1, totals)
+                if it + 1 < self.iters_per_epoch:  # after the last step the epoch ends first; then the next one
+                    self._stop_on_notice(epoch, step, it + 1, totals)
         elapsed = time.perf_counter() - began
         speed = (totals.count - start.count, elapsed, data_time, step_time)  # this run's clips, not the carried ones
         loss_avg, acc, workers = self._global_metrics(totals, speed)

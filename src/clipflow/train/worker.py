@@ -2,7 +2,8 @@
 
 It reads the job (:class:`clipflow.train.job.TrainJob`, checked as it is read), sets its torch threads and its
 device, joins the back end (the parameter server's key-value store, or a torch.distributed group) with its
-rank, and runs the :class:`clipflow.train.trainer.Trainer` to the end. Where the other processes are comes from
+rank, and runs the :class:`clipflow.train.trainer.Trainer` to the end, or to a stop on notice (SIGUSR1 or
+SIGTERM: :mod:`clipflow.train.notice`), after which it exits RESUMABLE. Where the other processes are comes from
 the variables the launcher sets (DMLC_* for the parameter server, MASTER_ADDR/MASTER_PORT and WORLD_SIZE for
 torch.distributed, as MXNet's and torchrun's workers find them).
 """
@@ -16,9 +17,11 @@ from pathlib import Path
 import torch
 
 from clipflow.environment import read_env
+from clipflow.ps.exitcodes import RESUMABLE
 from clipflow.train.comm import DDPConfig, PSComm, run_in_group
 from clipflow.train.device import worker_device
 from clipflow.train.job import TrainJob
+from clipflow.train.notice import Notice, StoppedOnNotice
 
 
 def bootstrap() -> torch.device:
@@ -37,7 +40,9 @@ def set_torch_threads() -> int:
 
 
 def run_worker(job_path: str | Path, rank: int) -> int:
-    """Trains worker ``rank``'s share of the job in ``job_path``; the process's exit status."""
+    """Trains worker ``rank``'s share of the job in ``job_path``; the process's exit status (RESUMABLE after a
+    stop on notice)."""
+    notice = Notice.install()  # first: a notice from now on is a clean stop after a step
     job = TrainJob.read(Path(job_path).expanduser())
     job = dataclasses.replace(job, paths=job.paths.expanded())  # a host's own folder may be named from ~
     job.check_rank(rank)
@@ -45,12 +50,18 @@ def run_worker(job_path: str | Path, rank: int) -> int:
     from clipflow.train.trainer import Trainer  # here: evaluate workers bootstrap from this module too
 
     if job.backend == "ddp":
-        return run_in_group("ddp", DDPConfig.from_env(rank=rank), device,
-                            lambda comm: Trainer(job, comm, device).run())  # fmt: skip
+        try:
+            return run_in_group("ddp", DDPConfig.from_env(rank=rank), device,
+                                lambda comm: Trainer(job, comm, device, notice=notice).run())  # fmt: skip
+        except StoppedOnNotice:  # the group was left cleanly on the way out
+            return RESUMABLE
     from clipflow.ps import KVStore
     from clipflow.ps.env import PSConfig
 
     config = dataclasses.replace(PSConfig.from_env(), rank=rank)
-    with KVStore.create(job.ps.mode, config) as kv:  # an exception tells the
-        Trainer(job, PSComm(kv, job.ps), device).run()  # scheduler, which stops the other nodes
+    with KVStore.create(job.ps.mode, config) as kv:  # an exception tells the scheduler, which stops the others
+        try:
+            Trainer(job, PSComm(kv, job.ps), device, notice=notice).run()
+        except StoppedOnNotice:  # a clean stop: the store closes as at the end (the scheduler and servers exit 0)
+            return RESUMABLE
     return 0
