@@ -94,7 +94,7 @@ def test_sigusr1_mid_epoch_stops_resumable_and_the_rerun_ends_with_the_unbroken_
     print(said[0], f"{took:.1f} s after the signal")  # pytest -s: where it stopped, how fast
     assert epoch == "2" and 1 <= int(iteration) < ITERS, said
     assert "clipflow: error" not in out  # a stop on notice is no failure
-    folder = next(p for p in (stopped / "ckpt").iterdir() if p.is_dir())
+    folder = stopped / "ckpt"  # the run's checkpoints
     inside = sorted(p.name for p in folder.glob("*_iter_*.pt"))
     assert inside == [f"epoch_0002_iter_{int(iteration):06d}.pt"] and path == str(folder / inside[0]), out
     assert not (stopped / "model.pt").exists()
@@ -125,7 +125,7 @@ def test_sigterm_while_the_workers_start_stops_them_inside_epoch_1_and_the_rerun
     epoch, iteration, path = STOPPED.search(said[0]).groups()  # type: ignore[union-attr]
     print(said[0], f"{took:.1f} s after the signal")
     assert epoch == "1" and 1 <= int(iteration) < ITERS, said
-    folder = next(p for p in (stopped / "ckpt").iterdir() if p.is_dir())
+    folder = stopped / "ckpt"  # the run's checkpoints
     assert sorted(p.name for p in folder.glob("*.pt")) == [f"epoch_0001_iter_{int(iteration):06d}.pt"], out
     resumed = launch(stopped, tiny_videos, splits, "--backend", "ddp", overrides=RECIPE)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
