@@ -213,6 +213,10 @@ VARIABLES = (
     Variable("CLIPFLOW_FAULT_KILL", "fault_kill", "", "tests",
              "`rank:epoch[:iteration]`: that worker SIGKILLs itself there (epoch 1-based, iteration 0-based)",
              _fault_kill),
+    Variable("CLIPFLOW_SAMPLE_LOG", "sample_log", "", "tests",
+             "a folder: every worker appends a line per trained sample after each optimizer step (attempt, epoch, "
+             "step, slot, video, weight), to account for every sample of every epoch across restarts and resizes",
+             _path),
 )  # fmt: skip
 
 
@@ -242,6 +246,7 @@ class ClipflowEnv:
     progress_s: float = DEFAULT_PROGRESS_S
     no_progress: bool = False
     fault_kill: tuple[int, int, int] | None = None
+    sample_log: Path | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ClipflowEnv:
