@@ -173,6 +173,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", required=True)
     p.add_argument("--fill", choices=["wrap", "drop"], default="wrap", help="when the list does not divide")
-    p.add_argument("--accumulate", type=count, default=1,
-                   help="micro-batch slots per worker (the recipe's train.accumulate): each list holds that many parts")
+    p.add_argument(
+        "--accumulate",
+        type=count,
+        default=1,
+        help="micro-batch slots per worker (the recipe's train.accumulate): each list holds that many parts",
+    )
     p.set_defaults(func=cmd_splits)

@@ -82,8 +82,8 @@ class SlowFastClips(Dataset):
     the order of :meth:`plans`.
     Mode "train" draws random offsets, crops and flips from (seed, epoch, key), the key being the
     item's index, or ``keys[index]`` when given (its place in its slot's part: clipflow.train.slots), so
-    a clip is reproducible whatever process loads it and whatever list it is loaded from; "val" (GluonCV's centre offsets,
-    a centre crop) and "test" (see the module) are deterministic.
+    a clip is reproducible whatever process loads it and whatever list it is loaded from; "val"
+    (GluonCV's centre offsets, a centre crop) and "test" (see the module) are deterministic.
     Videos are decoded at (new_width, new_height), as GluonCV's decord loader does, with ``decoder``.
     """
 

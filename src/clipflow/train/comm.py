@@ -12,7 +12,8 @@ Both give the same four operations, each called by every worker at the same poin
   the global batch's mean).
 
 ``name`` says what the tensors are (``meta``, ``buffers``, ``optimizer``, ``metrics``, ``val``, ``partial``,
-``carried``, ``layout``, ``plan``): the parameter server keeps each kind under its own key range; torch.distributed ignores it.
+``carried``, ``layout``, ``plan``): the parameter server keeps each kind under its own key range;
+torch.distributed ignores it.
 Tensors may be on any device: each back end works on copies where it needs them (the
 parameter server on the CPU; gloo on the CPU, NCCL on the worker's GPU).
 """

@@ -46,11 +46,9 @@ CUDA ones an autograd device thread, while the caller waits in ``backward``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
-
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 import torch
 

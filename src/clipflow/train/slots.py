@@ -35,9 +35,12 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
+from torch.utils.data import Sampler
 
 from clipflow.data.listfile import VideoEntry, list_text, parse_line
 from clipflow.data.splits import epoch_order
@@ -195,3 +198,43 @@ class SlotBuffers:
             for b, mine in zip(self.buffers, self.kept[slot], strict=True):
                 b.copy_(mine)
         self.current = slot
+
+
+class LaneSampler(Sampler[int]):
+    """A worker's dataset indices for the steps of an epoch plan: per step, each of its k lanes' next micro-batch
+    of ``batch`` in turn; a lane with fewer samples left pads with its first sample (weight 0 in the step)."""
+
+    def __init__(self) -> None:
+        self.lanes: list[list[int]] = []
+        self.batch, self.steps, self.pad = 1, 0, 0
+
+    def set(self, lanes: list[list[int]], batch: int, steps: int, pad: int) -> None:
+        self.lanes, self.batch, self.steps, self.pad = lanes, batch, steps, pad
+
+    def __iter__(self) -> Iterator[int]:
+        b = self.batch
+        for s in range(self.steps):
+            for lane in self.lanes:
+                chunk = lane[s * b : (s + 1) * b]
+                yield from chunk + [lane[0] if lane else self.pad] * (b - len(chunk))
+
+    def __len__(self) -> int:
+        return self.steps * len(self.lanes) * self.batch
+
+
+class SampleLog:
+    """CLIPFLOW_SAMPLE_LOG: worker ``rank`` appends one tab-separated line per trained sample after each optimizer
+    step to ``folder``/worker{rank}.tsv: attempt (rank 0's start time in ms, the same on every worker), epoch,
+    step (0-based, counted over the run), slot, the entry's path, weight (0 for padding)."""
+
+    def __init__(self, folder: Path | None, rank: int, attempt: int) -> None:
+        self.path = None if folder is None else folder / f"worker{rank}.tsv"
+        self.attempt = attempt
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(self, epoch: int, step: int, rows: list[tuple[int, str, float]]) -> None:
+        if self.path is None:
+            return
+        with self.path.open("a") as fh:
+            fh.writelines(f"{self.attempt}\t{epoch}\t{step}\t{slot}\t{path}\t{w:g}\n" for slot, path, w in rows)
