@@ -21,12 +21,12 @@ TINY = {
 
 
 def launch(tmp_path, tiny_videos, splits_dir, *extra: str, overrides=None, env_extra=None, security="auto",
-           recipe="slowfast_tiny_synthetic"):  # fmt: skip
+           recipe="slowfast_tiny_synthetic", plan_args=()):  # fmt: skip
     plan = tmp_path / "plan.json"
     env = {**python_env(), "CLIPFLOW_HEARTBEAT_TIMEOUT": "10", **(env_extra or {})}
     made = subprocess.run(
         [sys.executable, "-m", "clipflow", "cluster", "plan", "--root-port", str(free_port()),
-         "--heartbeat-timeout", "10", "--security", security, "--out", str(plan)],
+         "--heartbeat-timeout", "10", "--security", security, *plan_args, "--out", str(plan)],
         env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert made.returncode == 0, made.stderr
@@ -37,7 +37,7 @@ def launch(tmp_path, tiny_videos, splits_dir, *extra: str, overrides=None, env_e
          "--root", str(tiny_videos), "--checkpoint-root", str(tmp_path / "ckpt"),
          "--model-out", str(tmp_path / "model.pt"), "--metrics-out", str(tmp_path / "metrics.jsonl"), "--grace", "5",
          *extra],
-        env=env, capture_output=True, text=True, timeout=180,
+        env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
 
 
