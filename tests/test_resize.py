@@ -94,7 +94,7 @@ def test_four_workers_resumed_as_two_keeping_the_global_batch_inside_an_epoch(tm
     resumed = launch(tmp_path / "resized", tiny_videos, two, "--global-batch", "keep", overrides=recipe(),
                      plan_args=("--num-workers", "2"), env_extra=env)  # fmt: skip
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert ("resize: 4 workers x 2 clips x 1 -> 2 workers x 2 clips x 2 (keep: global batch 8), lr 0.01 -> 0.01"
+    assert ("resize: 4 workers x 2 clips x 1 -> 2 workers x 2 clips x 2 (keep: global batch 8), lr 0.025 -> 0.025"
             in resumed.stdout), resumed.stdout  # fmt: skip
     assert_close(weights(tmp_path / "whole" / "model.pt"), weights(tmp_path / "resized" / "model.pt"))
     counts = trained_per_epoch(log)
