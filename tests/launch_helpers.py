@@ -21,20 +21,20 @@ TINY = {
 
 
 def launch(tmp_path, tiny_videos, splits_dir, *extra: str, overrides=None, env_extra=None, security="auto",
-           recipe="slowfast_tiny_synthetic"):  # fmt: skip
+           recipe="slowfast_tiny_synthetic", plan_args=()):  # fmt: skip
     argv, env = launch_command(tmp_path, tiny_videos, splits_dir, *extra, overrides=overrides, env_extra=env_extra,
-                               security=security, recipe=recipe)  # fmt: skip
-    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=180)
+                               security=security, recipe=recipe, plan_args=plan_args)  # fmt: skip
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
 
 
 def launch_command(tmp_path, tiny_videos, splits_dir, *extra: str, overrides=None, env_extra=None, security="auto",
-                   recipe="slowfast_tiny_synthetic") -> tuple[list[str], dict[str, str]]:  # fmt: skip
+                   recipe="slowfast_tiny_synthetic", plan_args=()) -> tuple[list[str], dict[str, str]]:  # fmt: skip
     """The command line and environment of :func:`launch` (after making its plan), to start it with Popen."""
     plan = tmp_path / "plan.json"
     env = {**python_env(), "CLIPFLOW_HEARTBEAT_TIMEOUT": "10", **(env_extra or {})}
     made = subprocess.run(
         [sys.executable, "-m", "clipflow", "cluster", "plan", "--root-port", str(free_port()),
-         "--heartbeat-timeout", "10", "--security", security, "--out", str(plan)],
+         "--heartbeat-timeout", "10", "--security", security, *plan_args, "--out", str(plan)],
         env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert made.returncode == 0, made.stderr

@@ -148,7 +148,8 @@ def test_a_run_killed_inside_an_epoch_resumes_there_and_ends_with_the_uninterrup
     ]  # fmt: skip
     inside = torch.load(folder / "epoch_0002_iter_000002.pt", weights_only=False)
     assert inside["iteration"] == 2 and inside["step"] == 6
-    assert inside["sampler"] == {"epoch": 2, "position": 4, "length": 8, "seed": 0}
+    assert [len(lane) for lane in inside["slots"]["lanes"]] == [4, 4]  # of 8 a slot: 2 steps x batch 2 done
+    assert inside["layout"] == {"workers": 2, "batch": 2, "accumulate": 1}
     assert inside["partial"]["count"] == 2 * 2 * 2  # 2 workers x 2 iterations x batch 2
     resumed = launch(broken, tiny_videos, splits, overrides=recipe)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr

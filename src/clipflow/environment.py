@@ -214,6 +214,10 @@ VARIABLES = (
              "`rank:epoch[:iteration]`: that worker SIGKILLs itself there (epoch 1-based, iteration 0-based); "
              "the first launch only, never a restart",
              _fault_kill),
+    Variable("CLIPFLOW_SAMPLE_LOG", "sample_log", "", "tests",
+             "a folder: every worker appends a line per trained sample after each optimizer step (attempt, epoch, "
+             "step, slot, video, weight), to account for every sample of every epoch across restarts and resizes",
+             _path),
 )  # fmt: skip
 
 
@@ -243,6 +247,7 @@ class ClipflowEnv:
     progress_s: float = DEFAULT_PROGRESS_S
     no_progress: bool = False
     fault_kill: tuple[int, int, int] | None = None
+    sample_log: Path | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ClipflowEnv:

@@ -10,6 +10,7 @@ rule splits:
         workers=NUM_WORKERS,
         seed=config["train"]["seed"],
         fill=RECIPE["data"]["split_fill"],
+        accumulate=RECIPE["train"]["accumulate"],
         out=folder_of(0),
     log:
         f"{LOGS}/splits.log",
@@ -17,5 +18,5 @@ rule splits:
         "../../environment.yml"
     shell:
         "python -m clipflow splits --list {input:q} --num-workers {params.workers} --seed {params.seed}"
-        " --fill {params.fill}"
+        " --fill {params.fill} --accumulate {params.accumulate}"
         " --out-dir {params.out:q} > {log:q} 2>&1"

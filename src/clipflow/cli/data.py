@@ -94,8 +94,9 @@ def cmd_frames(a: argparse.Namespace) -> int:
 def cmd_splits(a: argparse.Namespace) -> int:
     from clipflow.data.splits import write_splits
 
-    parts = write_splits(a.list, a.num_workers, a.seed, a.out_dir, a.fill)
-    print(f"{len(parts)} worker lists of {len(parts[0])} videos each in {a.out_dir}")
+    parts = write_splits(a.list, a.num_workers, a.seed, a.out_dir, a.fill, a.accumulate)
+    slots = f" ({a.accumulate} slots of {len(parts[0]) // a.accumulate})" if a.accumulate > 1 else ""
+    print(f"{len(parts)} worker lists of {len(parts[0])} videos each{slots} in {a.out_dir}")
     return 0
 
 
@@ -172,4 +173,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", required=True)
     p.add_argument("--fill", choices=["wrap", "drop"], default="wrap", help="when the list does not divide")
+    p.add_argument(
+        "--accumulate",
+        type=count,
+        default=1,
+        help="micro-batch slots per worker (the recipe's train.accumulate): each list holds that many parts",
+    )
     p.set_defaults(func=cmd_splits)

@@ -80,9 +80,10 @@ class SlowFastClips(Dataset):
     model's input of a batch of them, where the model runs); in "test" they are (V, C, T, H, W),
     V = test_clips x test_crops views ordered clip-major (clip 0 crop 0, clip 0 crop 1, ...), in
     the order of :meth:`plans`.
-    Mode "train" draws random offsets, crops and flips from (seed, epoch, index), so
-    a clip is reproducible whatever process loads it; "val" (GluonCV's centre offsets,
-    a centre crop) and "test" (see the module) are deterministic.
+    Mode "train" draws random offsets, crops and flips from (seed, epoch, key), the key being the
+    item's index, or ``keys[index]`` when given (its place in its slot's part: clipflow.train.slots), so
+    a clip is reproducible whatever process loads it and whatever list it is loaded from; "val"
+    (GluonCV's centre offsets, a centre crop) and "test" (see the module) are deterministic.
     Videos are decoded at (new_width, new_height), as GluonCV's decord loader does, with ``decoder``.
     """
 
@@ -98,6 +99,8 @@ class SlowFastClips(Dataset):
         seed: int = 0,
         num_classes: int | None = None,
         decoder: str = "pyav",
+        entries: list[VideoEntry] | None = None,
+        keys: list[int] | None = None,
     ):
         if mode not in MODES:
             raise ClipflowError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
@@ -110,7 +113,9 @@ class SlowFastClips(Dataset):
         self.decoder = decoder
 
         self.list_path = Path(list_path)
-        self.entries: list[VideoEntry] = read_list(list_path, num_classes)
+        # ``entries`` given: these videos (from the worker lists of a checkpoint's layout), named after list_path
+        self.entries: list[VideoEntry] = read_list(list_path, num_classes) if entries is None else list(entries)
+        self.keys = keys  # item i's random draws come from (seed, epoch, keys[i]), default i (see the class)
         missing = [e for e in self.entries if e.num_frames is None]
         if missing:
             raise ClipflowError(
@@ -167,7 +172,7 @@ class SlowFastClips(Dataset):
             return self.plans(index)[0]
         entry = self.entries[index]
         frames_total = int(entry.num_frames or 0)
-        rng = np.random.default_rng([self.seed, self.epoch, index])
+        rng = np.random.default_rng([self.seed, self.epoch, index if self.keys is None else self.keys[index]])
         offsets = offsets_for(self.mode, frames_total, self.clip, rng)
         jitter = skip_offsets(self.clip, rng) if self.clip.temporal_jitter and self.mode == "train" else None
         fast, slow = slowfast_indices(offsets, frames_total, self.clip, jitter)

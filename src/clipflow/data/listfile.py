@@ -67,6 +67,11 @@ def read_list(path: str | Path, num_classes: int | None = None) -> list[VideoEnt
     return entries
 
 
+def parse_line(text: str, where: str) -> VideoEntry:
+    """One list line (as :func:`list_text` writes it) as an entry; a bad line is an error naming ``where``."""
+    return _entry(text.strip(), where, 0)
+
+
 def _entry(text: str, where: str, number: int) -> VideoEntry:
     """One list line as an entry; a line of the wrong shape is an error naming ``where`` (file and line)."""
     fields = _split_fields(text)

@@ -8,6 +8,12 @@ Either way no worker runs out of batches before the others (the uneven last batc
 what hangs dist_sync). Within its part, a worker reshuffles every epoch from
 (seed, epoch): :class:`EpochSampler`, whose position a checkpoint saves so that a
 resumed epoch neither repeats nor skips a sample.
+
+Gradient accumulation (the recipe's ``train.accumulate`` k) makes S = workers x k micro-batch *slots*: the set
+is split into S parts, and worker r's list holds its k slots' parts one after another, each of the same length
+L (slot r * k + m is entries [m * L, (m + 1) * L) of worker{r}.lst: :func:`split_slots`). With k = 1 a slot
+is a worker and the lists are the plain split. A slot is a worker's share as it was before accumulation: 2
+workers with k = 2 hold the parts, in the same order, that 4 workers with k = 1 hold.
 """
 
 from __future__ import annotations
@@ -40,6 +46,16 @@ def split_entries(entries: list[VideoEntry], num_workers: int, seed: int, fill: 
     else:
         part = len(entries) // num_workers
     return [[entries[i] for i in order[r * part : (r + 1) * part]] for r in range(num_workers)]
+
+
+def split_slots(entries: list[VideoEntry], num_workers: int, accumulate: int, seed: int,
+                fill: str = "wrap") -> list[list[VideoEntry]]:  # fmt: skip
+    """One list per worker: its ``accumulate`` slots' parts of :func:`split_entries` over workers x accumulate
+    slots, one after another (see the module)."""
+    if accumulate < 1:
+        raise ClipflowError(f"accumulate must be at least 1 (micro-batches per step), got {accumulate}")
+    parts = split_entries(entries, num_workers * accumulate, seed, fill)
+    return [[e for part in parts[r * accumulate : (r + 1) * accumulate] for e in part] for r in range(num_workers)]
 
 
 def epoch_order(length: int, seed: int, epoch: int) -> np.ndarray:
@@ -87,13 +103,14 @@ class EpochSampler(Sampler[int]):
 
 
 def write_splits(list_path: str | Path, num_workers: int, seed: int, out_dir: str | Path,
-                 fill: str = "wrap") -> list[list[VideoEntry]]:  # fmt: skip
-    """``out_dir``/worker{r}.lst for every worker, all of the same length (:func:`split_entries`); the parts.
+                 fill: str = "wrap", accumulate: int = 1) -> list[list[VideoEntry]]:  # fmt: skip
+    """``out_dir``/worker{r}.lst for every worker, all of the same length (:func:`split_slots`: ``accumulate``
+    slots' parts per worker); the workers' lists.
     The lists are recorded as clipflow's (:mod:`clipflow.made`): someone else's file of one of their names in
     ``out_dir`` is refused before anything is written."""
     made = Made(check_output_dir(out_dir, "--out-dir"), "--out-dir")
     names = [f"worker{rank}.lst" for rank in range(max(num_workers, 0))]
-    parts = split_entries(read_list(list_path), num_workers, seed, fill)
+    parts = split_slots(read_list(list_path), num_workers, accumulate, seed, fill)
     made.check(names)
     for name, part in zip(names, parts, strict=True):
         made.write_text(name, list_text(part))

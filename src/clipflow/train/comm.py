@@ -8,10 +8,12 @@ Both give the same four operations, each called by every worker at the same poin
 * ``barrier()``;
 * ``gradient_sync(model, optimizer, wd_mult, clip_norm)``: the object that sums gradients and
   updates the weights (PSSync or DDPSync; the optimizer settings are given without
-  ``rescale_grad``, which both set to 1 / workers so the sum becomes a mean).
+  ``rescale_grad``, which both set to 1 / (workers x accumulate) so the sum of every micro-batch's mean becomes
+  the global batch's mean).
 
 ``name`` says what the tensors are (``meta``, ``buffers``, ``optimizer``, ``metrics``, ``val``, ``partial``,
-``carried``): the parameter server keeps each kind under its own key range; torch.distributed ignores it.
+``carried``, ``layout``, ``plan``): the parameter server keeps each kind under its own key range;
+torch.distributed ignores it.
 Tensors may be on any device: each back end works on copies where it needs them (the
 parameter server on the CPU; gloo on the CPU, NCCL on the worker's GPU).
 """
@@ -43,7 +45,8 @@ class PSComm:
     transport = "zmq"  # what carries the gradients
     # one key per use: a key keeps the size its first push gave it
     KEYS = {"buffers": 100_000, "optimizer": 200_000, "meta": 300_000, "metrics": 300_001, "val": 300_002,
-            "partial": 300_003, "carried": 300_004, "notice": 300_005}  # fmt: skip
+            "partial": 300_003, "carried": 300_004, "notice": 300_005, "layout": 300_006,
+            "plan": 300_007}  # fmt: skip
 
     def __init__(self, kv: Any, settings: PSSettings):
         self.kv, self.settings = kv, settings
@@ -73,14 +76,15 @@ class PSComm:
     def barrier(self) -> None:
         self.kv.barrier()
 
-    def gradient_sync(self, model: torch.nn.Module, optimizer: Mapping[str, Any], wd_mult: WdMult, clip_norm: float):
+    def gradient_sync(self, model: torch.nn.Module, optimizer: Mapping[str, Any], wd_mult: WdMult, clip_norm: float,
+                      accumulate: int = 1):  # fmt: skip
         from clipflow.train.ps_sync import PSSync
 
         sync = PSSync(
             model,
             self.kv,
             update_on_kvstore=self.settings.update_on_kvstore,
-            optimizer={**optimizer, "rescale_grad": 1.0 / self.num_workers},
+            optimizer={**optimizer, "rescale_grad": 1.0 / (self.num_workers * accumulate)},
             wd_mult=wd_mult,
             clip_norm=clip_norm,
         )
@@ -165,10 +169,12 @@ class DDPComm:
     def barrier(self) -> None:
         self._dist.barrier()
 
-    def gradient_sync(self, model: torch.nn.Module, optimizer: Mapping[str, Any], wd_mult: WdMult, clip_norm: float):
+    def gradient_sync(self, model: torch.nn.Module, optimizer: Mapping[str, Any], wd_mult: WdMult, clip_norm: float,
+                      accumulate: int = 1):  # fmt: skip
         from clipflow.train.ddp_sync import DDPSync
 
-        return DDPSync(model, optimizer={**optimizer, "rescale_grad": 1.0 / self.num_workers}, wd_mult=wd_mult,
+        return DDPSync(model, optimizer={**optimizer, "rescale_grad": 1.0 / (self.num_workers * accumulate)},
+                       wd_mult=wd_mult,
                        clip_norm=clip_norm, device=self.device)  # fmt: skip
 
 

@@ -30,6 +30,7 @@ update on the same numbers and save their optimizer states in the same form.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Mapping
 from typing import Any
@@ -103,6 +104,11 @@ class DDPSync:
         with torch.no_grad():
             for t in [*model.parameters(), *model.buffers()]:
                 dist.broadcast(t.data, src=0)
+
+    def no_sync(self) -> contextlib.AbstractContextManager:
+        """Forward and backward inside only add into ``p.grad`` (gradient accumulation); the next backward outside
+        sums the accumulated gradients once. Without the DDP wrapper (clipping) synchronize() sums them anyway."""
+        return self.module.no_sync() if isinstance(self.module, DistributedDataParallel) else contextlib.nullcontext()
 
     def set_learning_rate(self, lr: float) -> None:
         self.local.learning_rate = float(lr)

@@ -37,14 +37,17 @@ With ``clip_norm`` > 0 each worker scales its own gradients to that global L2 no
 most before pushing (GluonCV's ``--clip-grad``: ``clip_global_norm`` of the local
 gradients before the kvstore), so there are no hooks and :meth:`synchronize` pushes
 every bucket after the norm is known: no overlap.
-One backward per :meth:`synchronize`. The KVStore is used from one thread at a
+One backward per :meth:`synchronize`, or several with gradient accumulation: the backward passes inside
+:meth:`PSSync.no_sync` only add into ``p.grad`` (the hooks push nothing), and the last one, outside it, pushes
+the summed gradients once. The KVStore is used from one thread at a
 time: hooks run in the thread running backward (for CPU tensors the caller's; for
 CUDA ones an autograd device thread, while the caller waits in ``backward``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -93,6 +96,7 @@ class PSSync:
         self.keys = [b.key for b in self.buckets]
         self.pushed_in_backward = 0  # buckets pushed by hooks (the overlap), for tests and logs
         self.pushed_in_sync = 0  # buckets synchronize() had to push itself
+        self._holding = False  # inside no_sync(): backward only accumulates
 
         initial = [torch.cat([p.detach().reshape(-1).float().cpu() for p in b.params]) for b in self.buckets]
         kv.init(self.keys, initial)
@@ -131,6 +135,15 @@ class PSSync:
             self.local.learning_rate = float(lr)
         else:
             raise ClipflowError("set_learning_rate: this PSSync has no optimizer")
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Backward passes inside only add into ``p.grad``; the next one outside pushes the sums (as DDP's)."""
+        self._holding = True
+        try:
+            yield
+        finally:
+            self._holding = False
 
     def synchronize(self) -> None:
         """Push what backward left unpushed, wait for the merged buckets, write grads or weights."""
@@ -195,6 +208,8 @@ class PSSync:
         ready = self._ready[bucket.key]
 
         def hook(_: torch.Tensor) -> None:
+            if self._holding:
+                return
             ready.add(index)
             if len(ready) == len(bucket.params) and bucket.key not in self._pushed:
                 self._push(bucket)

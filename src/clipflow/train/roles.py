@@ -106,6 +106,8 @@ def role_commands(
             env[NAMES["workers_on_host"]] = str(per_host[r.host])  # the worker divides its host's cores
             if os.environ.get(NAMES["fault_kill"]):  # the tests' fault injection reaches workers on other hosts too
                 env[NAMES["fault_kill"]] = os.environ[NAMES["fault_kill"]]
+            if os.environ.get(NAMES["sample_log"]):  # so does the tests' per-sample log
+                env[NAMES["sample_log"]] = os.environ[NAMES["sample_log"]]
             argv = list(worker_argv(r) if callable(worker_argv) else worker_argv)
         else:
             argv = [python, "-m", "clipflow", "ps", "role"]

@@ -7,10 +7,16 @@ Gradients are summed in buckets while backward runs: on the parameter server
 (PSSync; with update_on_kvstore the servers also run the update and the workers
 pull the new weights) or by DistributedDataParallel (DDPSync). Both back ends
 update the weights with the same optimizer code (SGD or Adam) on the same buckets.
+
+Each step a worker runs its k micro-batches (the recipe's train.accumulate, or what a resize decided), one per
+slot, and the sum of their gradients is synchronized once; which samples every slot trains in an epoch, and how
+a resumed run with another worker count goes on inside the epoch, is clipflow.train.slots. The layout is
+decided in _resume_state (rank 0, from the checkpoint) and set up on every worker by _use_layout.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import time
@@ -23,8 +29,9 @@ from torch.nn import functional as F
 
 from clipflow.checksums import write_text_with_checksum
 from clipflow.data.build import build_dataset
+from clipflow.data.listfile import read_list
 from clipflow.data.loader import make_loader
-from clipflow.data.splits import EpochSampler
+from clipflow.environment import read_env
 from clipflow.errors import ClipflowError
 from clipflow.models import build_model, is_image_model
 from clipflow.train.checkpoint import RUN_FACTS, CheckpointStore, atomic_save
@@ -35,6 +42,19 @@ from clipflow.train.notice import Notice, StoppedOnNotice
 from clipflow.train.progress import TensorBoardScalars, epoch_bar, progress_interval
 from clipflow.train.resume_check import check_resume, job_facts
 from clipflow.train.schedule import Schedule, scaled_lr
+from clipflow.train.slots import (
+    EpochPlan,
+    LaneSampler,
+    Layout,
+    SampleLog,
+    SlotBuffers,
+    decide,
+    entry_of,
+    normal_lanes,
+    part_lines,
+    schedule_point,
+    spread,
+)
 from clipflow.train.step import StepOptions
 from clipflow.train.totals import FIELDS, WORDS, Totals, checkpoint_record, from_checkpoint, gather, words_of
 from clipflow.train.validate import ValShard
@@ -78,26 +98,11 @@ class Trainer:
         t = recipe["train"]
         self.epochs, self.batch_size = t["epochs"], t["batch_size"]
         shard = paths.shard(self.rank)
-        self.dataset = build_dataset(recipe, shard, paths.root, "train", seed)
-        self.iters_per_epoch = len(self.dataset) // self.batch_size
-        if self.iters_per_epoch == 0:
-            raise ClipflowError(
-                f"{shard} has {len(self.dataset)} videos, fewer than one batch of {self.batch_size}; "
-                "lower train.batch_size or use fewer workers"
-            )
-        self.sampler = EpochSampler(len(self.dataset), seed, self.iters_per_epoch * self.batch_size)
-        global_batch = self.batch_size * self.num_workers
-        self.lr = scaled_lr(t["base_lr"], t["base_batch"], global_batch)
-        self.schedule = Schedule(
-            self.lr,
-            self.epochs,
-            self.iters_per_epoch,
-            t["lr_mode"],
-            t["warmup_epochs"],
-            t["warmup_lr"],
-            t["lr_decay"],
-            tuple(t["lr_decay_epoch"]),
-        )
+        # the layout (accumulation), dataset, schedule: _use_layout, once _resume_state knows the checkpoint's
+        self.layout = Layout(self.num_workers, self.batch_size, t["accumulate"])
+        self.sampler = LaneSampler()
+        self.resumed_plan: EpochPlan | None = None  # resumed inside an epoch: the rest of it (clipflow.train.slots)
+        self.sample_log: SampleLog | None = None
         torch.manual_seed(seed)
         self.model = build_model(recipe["model"]).to(self.device)
         self.images = is_image_model(recipe["model"]["name"])  # called model(images), not model(slow, fast)
@@ -108,7 +113,8 @@ class Trainer:
         self.forward: Any = None  # what a step calls: the model, maybe wrapped by the sync, maybe compiled
         self.store = CheckpointStore(paths.checkpoint_root, keep=t["keep_checkpoints"], log=log)  # the run's own
         self.history_path = self.store.folder / "metrics.jsonl"
-        self.facts = job_facts(job, self.iters_per_epoch)  # saved in every checkpoint
+        listed = len(read_list(shard)) // t["accumulate"] // self.batch_size  # iterations an epoch, as listed
+        self.facts = job_facts(job, listed)  # saved in every checkpoint
         # rank 0's checkpoint, checked against this job (or the earlier files set aside) before anything is read
         self.found = check_resume(self.store.folder, self.facts, job.policy.resume, log) if self.rank == 0 else None
         self.faults = FaultInjector(self.rank)
@@ -122,14 +128,140 @@ class Trainer:
         marker = self.best_path.with_suffix(".json")  # a resumed run goes on from the best saved so far
         self.best_top1 = json.loads(marker.read_text())["val_top1"] if marker.exists() else -1.0
         self.carried = Totals()  # resumed inside an epoch: this worker's totals of it so far
-        if self.rank == 0:
-            facts = {"recipe": recipe["name"], "epochs": self.epochs, "iters_per_epoch": self.iters_per_epoch,
-                     "workers": self.num_workers, "global_batch": global_batch, "backend": comm.backend}  # fmt: skip
-            write_text_with_checksum(self.store.folder / RUN_FACTS, json.dumps(facts) + "\n")  # `clipflow status`
-            log(
-                f"linear scaling rule: lr = base_lr {t['base_lr']} x global batch {global_batch} "
-                f"({self.num_workers} workers x {self.batch_size}) / base_batch {t['base_batch']} = {self.lr:g}"
+
+    # -- the layout: slots, dataset, schedule ----------------------------------------------------
+
+    def _use_layout(self, layout: Layout) -> None:
+        """Sets up this worker for ``layout``: its list's k slot parts (L entries each), the dataset (each item's
+        draws keyed by its place in its part), the learning rate and its schedule; rank 0 reads every worker's
+        list (the parts a checkpoint inside an epoch records) and writes the run's facts."""
+        self.layout = layout
+        t, k, b = self.recipe["train"], layout.accumulate, layout.batch
+        shard = self.paths.shard(self.rank)
+        self.own_entries = read_list(shard)
+        length = len(self.own_entries) // k
+        self.part_length = length
+        self.iters_per_epoch = length // b
+        if self.iters_per_epoch == 0:
+            raise ClipflowError(
+                f"{shard} has {len(self.own_entries)} videos, fewer than accumulate {k} x batch {b}; "
+                "lower train.batch_size or train.accumulate, or use fewer workers"
             )
+        keys = [i % length for i in range(len(self.own_entries))]
+        self.dataset = build_dataset(self.recipe, shard, self.paths.root, "train", self.seed, keys=keys)
+        self.own_parts = part_lines(self.own_entries, k, length)
+        self.all_parts: list[list[str]] | None = None
+        if self.rank == 0:
+            self.all_parts = self._every_part(layout, length)
+            if len(self.own_entries) % k:
+                self.log(f"{shard}: {len(self.own_entries) % k} videos beyond {k} slots of {length} are not trained")
+        self.lr = scaled_lr(t["base_lr"], t["base_batch"], layout.global_batch)
+        self.schedule = Schedule(self.lr, self.epochs, self.iters_per_epoch, t["lr_mode"], t["warmup_epochs"],
+                                 t["warmup_lr"], t["lr_decay"], tuple(t["lr_decay_epoch"]))  # fmt: skip
+        if self.rank == 0:
+            facts = {"recipe": self.recipe["name"], "epochs": self.epochs, "iters_per_epoch": self.iters_per_epoch,
+                     "workers": self.num_workers, "global_batch": layout.global_batch, "accumulate": k,
+                     "backend": self.comm.backend}  # fmt: skip
+            write_text_with_checksum(self.store.folder / RUN_FACTS, json.dumps(facts) + "\n")  # `clipflow status`
+            self.log(
+                f"linear scaling rule: lr = base_lr {t['base_lr']} x global batch {layout.global_batch} "
+                f"({layout.describe()}) / base_batch {t['base_batch']} = {self.lr:g}"
+            )
+
+    def _every_part(self, layout: Layout, length: int) -> list[list[str]] | None:
+        """Every slot's part as list lines, from every worker's list; None where this host lacks one (hosts with
+        their own disks hold their own workers' lists only)."""
+        parts: list[list[str]] = []
+        for rank in range(layout.workers):
+            path = self.paths.shard(rank)
+            if not path.is_file():
+                return None
+            entries = read_list(path)
+            if len(entries) // layout.accumulate != length:
+                raise ClipflowError(
+                    f"{path} has {len(entries)} videos, {self.paths.shard(0)} {len(self.own_entries)}: every worker "
+                    "list must have as many (clipflow splits makes them so)"
+                )
+            parts += part_lines(entries, layout.accumulate, length)
+        return parts
+
+    def _decide_layout(self, old: Layout) -> Layout:
+        """Rank 0: the layout this run trains with after a checkpoint of layout ``old`` (clipflow.train.slots);
+        a change is logged with its batch and learning-rate decision."""
+        t, policy = self.recipe["train"], self.job.policy.global_batch
+        wanted = Layout(self.num_workers, self.batch_size, t["accumulate"])
+        if old == wanted:
+            return wanted
+        new = decide(old, self.num_workers, self.batch_size, t["accumulate"], policy)
+        if new != old:
+            before = scaled_lr(t["base_lr"], t["base_batch"], old.global_batch)
+            after = scaled_lr(t["base_lr"], t["base_batch"], new.global_batch)
+            batch = (f"global batch {new.global_batch}" if policy == "keep"
+                     else f"global batch {old.global_batch} -> {new.global_batch}")  # fmt: skip
+            self.log(f"resize: {old.describe()} -> {new.describe()} ({policy}: {batch}), lr {before:g} -> {after:g}")
+        return new
+
+    def _resumed_plan(self, state: dict, old: Layout, new: Layout, path) -> EpochPlan:
+        """Rank 0: the rest of the checkpoint's epoch for ``new``'s slots (the same lanes, or spread over more or
+        fewer slots)."""
+        iteration = state["iteration"]
+        if "slots" in state:
+            plan = EpochPlan.from_record(state["slots"], iteration)
+        else:  # a checkpoint from before slots: every worker one slot, at the same position of its part
+            sampler = state["sampler"]
+            length, position = sampler["length"], sampler["position"]
+            lanes = normal_lanes(old.slots, length, old.batch, self.seed, state["epoch"])
+            plan = EpochPlan([lane[position:] for lane in lanes], None, old.slots * len(lanes[0]), iteration)
+        moved = new.slots != old.slots or new.workers != old.workers
+        if moved and plan.sources is None:
+            raise ClipflowError(
+                f"checkpoint {path} was made inside epoch {state['epoch']} with {old.describe()}; going on inside "
+                f"it with {new.describe()} needs every worker list on the launching host, which hosts with their own "
+                f"disks do not have (not supported yet): resume with {old.workers} workers to the epoch's end first"
+            )
+        if new.slots != old.slots:
+            plan.lanes = spread(plan.lanes, new.slots)
+        return plan
+
+    def _normal_plan(self, epoch: int) -> EpochPlan:
+        """A whole epoch in this run's layout: every slot its part in epoch_order."""
+        lanes = normal_lanes(self.layout.slots, self.part_length, self.batch_size, self.seed, epoch)
+        return EpochPlan(lanes, self.all_parts, sum(len(lane) for lane in lanes))
+
+    def _lanes_of(self, plan: EpochPlan, loader):
+        """This worker's lanes of ``plan`` as dataset indices, the loader that serves them and each index's path:
+        its own dataset when every sample comes from its own parts, else a dataset of the plan's entries."""
+        k, r = self.layout.accumulate, self.rank
+        mine = plan.lanes[r * k : (r + 1) * k]
+        paths = [e.path for e in self.own_entries]
+
+        def own(sample) -> int | None:
+            source, key = sample
+            m = source - r * k
+            if not 0 <= m < k or key >= self.part_length:
+                return None
+            if plan.sources is not None and plan.sources[source] != self.own_parts[m]:
+                return None
+            return m * self.part_length + key
+
+        indices = [[own(s) for s in lane] for lane in mine]
+        if all(i is not None for lane in indices for i in lane):
+            return indices, self.dataset, loader, self.sampler, paths, 0
+        if plan.sources is None:
+            raise ClipflowError("the checkpoint's epoch names samples outside this worker's list (another split?)")
+        where = f"{self.store.folder} (the checkpoint's epoch)"
+        entries = [entry_of(plan.sources[s][key], where) for lane in mine for s, key in lane] + self.own_entries[:1]
+        keys = [key for lane in mine for _, key in lane] + [0]
+        dataset = build_dataset(self.recipe, where, self.paths.root, "train", self.seed, entries=entries, keys=keys)
+        sampler = LaneSampler()
+        t = self.recipe["train"]
+        other = make_loader(dataset, self.batch_size, sampler, t["loader_workers"], t["loader_prefetch"],
+                            device=self.device, persistent=False)  # fmt: skip
+        at, out = 0, []
+        for lane in mine:
+            out.append(list(range(at, at + len(lane))))
+            at += len(lane)
+        return out, dataset, other, sampler, [e.path for e in entries], len(entries) - 1
 
     # -- state shared through the back end's collectives -----------------------------------------
 
@@ -142,10 +274,14 @@ class Trainer:
         done = torch.zeros(3)
         optimizer_states: dict = {}
         carried: list[Totals] = []
+        layout = self.layout  # this run's, unless a checkpoint says otherwise
+        plan_bytes = torch.zeros(0)
         if self.rank == 0:
             found, self.found = self.found, None  # checked in __init__ (resume_check); not kept in memory
             if found:
                 state, path = found
+                old = Layout.of(state["layout"]) if "layout" in state else layout  # before layouts: this run's
+                layout = self._decide_layout(old)
                 self.model.load_state_dict(state["model"])
                 optimizer_states = state["optimizer"]
                 torch.set_rng_state(state["rng"]["torch"])
@@ -156,31 +292,46 @@ class Trainer:
                 iteration = state.get("iteration", 0)
                 done = torch.tensor([float(state["epoch"] - (1 if iteration else 0)), float(state["step"]), iteration])
                 if iteration:
-                    self.sampler.set_epoch(state["epoch"])
-                    self.sampler.resume(state["sampler"])  # checks it is this worker's part and seed
-                    carried = self._carried_totals(state["partial"])
+                    plan_bytes = self._resumed_plan(state, old, layout, path).encode()
+                    carried = self._carried_totals(state["partial"], old.workers)
                 inside = f", iteration {iteration}" if iteration else ""
                 self.log(f"resumed from checkpoint {path} (epoch {state['epoch']}{inside}, step {state['step']})")
             else:
                 self.log(f"no checkpoint in {self.store.folder}: starting from scratch")
         self.comm.broadcast("meta", [done])
+        # the layout's k, the plan's size and the attempt (rank 0's start in ms), as float32-exact 16-bit words
+        attempt = time.time_ns() // 1_000_000
+        words = [layout.accumulate, len(plan_bytes) >> 16, len(plan_bytes) & 0xFFFF,
+                 *((attempt >> shift) & 0xFFFF for shift in (32, 16, 0))]  # fmt: skip
+        shared = torch.tensor(words, dtype=torch.float32)
+        self.comm.broadcast("layout", [shared])
+        accumulate, size_hi, size_lo, *stamp = (int(v) for v in shared.tolist())
+        if size_hi or size_lo:
+            plan_bytes = plan_bytes if self.rank == 0 else torch.zeros((size_hi << 16) | size_lo)
+            self.comm.broadcast("plan", [plan_bytes])
+            self.resumed_plan = EpochPlan.decode(plan_bytes)
+        self._use_layout(Layout(self.num_workers, self.batch_size, accumulate))
+        self.sample_log = SampleLog(read_env().sample_log, self.rank, (stamp[0] << 32) | (stamp[1] << 16) | stamp[2])
         if done[2] > 0:  # inside an epoch: every worker goes on from its own totals (clipflow.train.totals)
             words = words_of(carried) if self.rank == 0 else torch.zeros(self.num_workers, FIELDS, WORDS)
             self.comm.broadcast("carried", [words])
             self.carried = Totals.from_words(words[self.rank])
         buffers = [b for b in self.model.buffers() if b.is_floating_point()]  # BatchNorm statistics
         self.comm.broadcast("buffers", buffers)
+        self.slot_buffers = SlotBuffers(self.model, self.layout.accumulate)  # every slot from rank 0's statistics
         t = self.recipe["train"]
         self.sync = self.comm.gradient_sync(  # takes rank 0's weights
             self.model,
             optimizer_settings(t, self.lr),
             no_decay_mults(self.model) if t["no_wd"] else None,
             t["clip_grad"],
+            self.layout.accumulate,
         )
         self.forward = self.step_options.compiled(self.sync.module)  # the same parameters
         if self.rank == 0:
             self.log(
-                f"back end {self.comm.backend}: gradients summed over {self.num_workers} workers "
+                f"back end {self.comm.backend}: gradients summed over {self.num_workers} workers x "
+                f"{self.layout.accumulate} micro-batches "
                 f"({self.comm.transport}, rank 0 on {self.device})"
             )
         if self.rank == 0 and t["no_wd"]:
@@ -193,11 +344,17 @@ class Trainer:
             self._share_optimizer_states(optimizer_states)
         return int(done[0]), int(done[1]), int(done[2])
 
-    def _carried_totals(self, record: dict) -> list[Totals]:
+    def _carried_totals(self, record: dict, workers: int) -> list[Totals]:
+        """Every worker's totals of the checkpoint's epoch so far; from another worker count, all of them added
+        into rank 0's (the epoch's totals stay the same, their rounding not)."""
         try:
-            return from_checkpoint(record, self.num_workers)
+            every = from_checkpoint(record, workers)
         except ValueError as exc:
             raise ClipflowError(f"the checkpoint's epoch totals do not fit this run: {exc}") from None
+        if workers == self.num_workers:
+            return every
+        summed = Totals(sum(t.loss_sum for t in every), sum(t.correct for t in every), sum(t.count for t in every))
+        return [summed] + [Totals()] * (self.num_workers - 1)
 
     def _share_optimizer_states(self, states: dict) -> None:
         """Rank 0's optimizer states (from its checkpoint) to wherever the optimizer runs."""
@@ -242,9 +399,11 @@ class Trainer:
 
     # -- the loop --------------------------------------------------------------------------------
 
-    def _checkpoint(self, epoch: int, step: int, iteration: int = 0, partial: dict | None = None) -> Path:
-        """Rank 0 saves; ``iteration`` > 0: inside ``epoch``, after that many iterations, with the sampler's
-        position and the epoch's ``partial`` totals so far (every worker's, :func:`checkpoint_record`)."""
+    def _checkpoint(self, epoch: int, step: int, iteration: int = 0, partial: dict | None = None,
+                    slots: dict | None = None) -> Path:  # fmt: skip
+        """Rank 0 saves, with the layout; ``iteration`` > 0: inside ``epoch``, after that many iterations, with
+        every slot's remaining samples of it (``slots``: :meth:`EpochPlan.record`) and the epoch's ``partial``
+        totals so far (every worker's, :func:`checkpoint_record`); the checkpoint's path."""
         state = {
             "model": self.model.state_dict(),
             "optimizer": self.sync.optimizer_states(),
@@ -260,28 +419,33 @@ class Trainer:
             },
             "recipe": self.recipe,
             "facts": self.facts,  # the settings it was made with: a resume compares them (resume_check)
+            "layout": self.layout.record(),
         }
         if iteration:
-            state["sampler"] = self.sampler.state(iteration * self.batch_size)
+            state["slots"] = slots
             state["partial"] = partial
         path = self.store.save(state, epoch, iteration)
         self.log(f"checkpoint {path}")
         return path
 
-    def _checkpoint_inside(self, epoch: int, step: int, iteration: int, mine: Totals) -> Path | None:
-        """A checkpoint inside an epoch: rank 0 gathers every worker's totals so far (collective) and saves; its
-        path on rank 0."""
+    def _checkpoint_inside(self, epoch: int, step: int, iteration: int, mine: Totals, plan: EpochPlan,
+                           done: int) -> Path | None:  # fmt: skip
+        """A checkpoint inside an epoch, ``done`` steps into ``plan``: rank 0 gathers every worker's totals so far
+        (collective) and saves them with every slot's remaining samples; its path on rank 0."""
         every = gather(self.comm.all_sum, "partial", mine, self.rank, self.num_workers)
         if self.rank == 0:
-            return self._checkpoint(epoch, step, iteration, checkpoint_record(every))
+            return self._checkpoint(
+                epoch, step, iteration, checkpoint_record(every), plan.record(self.batch_size, done)
+            )
         return None
 
-    def _stop_on_notice(self, epoch: int, step: int, iteration: int, mine: Totals) -> None:
+    def _stop_on_notice(self, epoch: int, step: int, iteration: int, mine: Totals, plan: EpochPlan,
+                        done: int) -> None:  # fmt: skip
         """After every step (collective): when any worker got a notice, rank 0 saves a checkpoint inside the
         epoch, every worker waits for it, and StoppedOnNotice ends the run here (the worker exits RESUMABLE)."""
         if self.notice is None or not self.notice.agreed(self.comm):
             return
-        path = self._checkpoint_inside(epoch, step, iteration, mine)
+        path = self._checkpoint_inside(epoch, step, iteration, mine, plan, done)
         self.comm.barrier()  # nobody leaves before the checkpoint is written
         stopped = StoppedOnNotice(epoch, iteration, path)
         if self.rank == 0:
@@ -310,7 +474,9 @@ class Trainer:
         )
         try:
             for epoch in range(start_epoch + 1, self.epochs + 1):
-                step = self._epoch(epoch, resume_iteration if epoch == start_epoch + 1 else 0, step, loader)
+                inside = epoch == start_epoch + 1 and resume_iteration and self.resumed_plan is not None
+                plan = self.resumed_plan if inside else self._normal_plan(epoch)
+                step = self._epoch(epoch, plan, step, loader)
             if self.rank == 0:
                 atomic_save(
                     {"model": self.model.state_dict(), "recipe": self.recipe, "epoch": self.epochs},
@@ -324,47 +490,76 @@ class Trainer:
                 self.board.close()  # also on a failure: the events so far are kept
         self.comm.barrier()
 
-    def _epoch(self, epoch: int, first: int, step: int, loader) -> int:
-        """Trains ``epoch`` from its iteration ``first`` (0, or where a checkpoint inside it stopped), validates
-        and records it; returns the step count after it."""
+    def _epoch(self, epoch: int, plan: EpochPlan, step: int, loader) -> int:
+        """Trains ``epoch``'s ``plan`` (the whole epoch, or its rest from a checkpoint inside it), validates and
+        records it; returns the step count after it. A step is every slot's next micro-batch: k per worker,
+        forward and backward each, its slot's BatchNorm statistics in the model, the gradients synchronized after
+        the last one."""
         save_every = self.recipe["train"]["save_every_iters"]
+        k, b, first = self.layout.accumulate, self.batch_size, plan.first
+        lanes, dataset, loader, sampler, paths, pad = self._lanes_of(plan, loader)
+        left = plan.steps(b)
+        start_point = round(plan.trained_fraction(b) * self.iters_per_epoch)  # the schedule's place: first, unresized
+        sampler.set(lanes, b, left, pad)
         self.model.train()
-        self.dataset.set_epoch(epoch)
-        # a worker's part of this epoch, from where the checkpoint stopped (every worker did as many iterations)
-        self.sampler.set_epoch(epoch)
-        self.sampler.resume(self.sampler.state(first * self.batch_size))
+        dataset.set_epoch(epoch)
         start = self.carried if first else Totals()
         totals = start
         data_time, step_time = 0.0, 0.0
+        lr = self.schedule(schedule_point(epoch, self.iters_per_epoch, start_point, 0, left))
         began = tick = time.perf_counter()
-        with epoch_bar(epoch, self.epochs, self.iters_per_epoch, first, self.progress_s, self.rank == 0) as bar:
-            for it, (*inputs, labels) in enumerate(loader, start=first):
-                self.faults.check(epoch, it)
+        with epoch_bar(epoch, self.epochs, first + left, first, self.progress_s, self.rank == 0) as bar:
+            for micro, (*inputs, labels) in enumerate(loader):
+                done, m = divmod(micro, k)
+                it = first + done
+                if m == 0:
+                    self.faults.check(epoch, it)
+                    lr = self.schedule(schedule_point(epoch, self.iters_per_epoch, start_point, done, left))
+                    self.sync.set_learning_rate(lr)
+                    trained: list[tuple[int, str, float]] = []
                 inputs = [x.to(self.device, non_blocking=True) for x in inputs]
                 labels = labels.to(self.device, non_blocking=True)
                 loaded = time.perf_counter()
-                lr = self.schedule(step)
-                self.sync.set_learning_rate(lr)
-                torch.manual_seed(step_seed(self.seed, self.rank, step))  # dropout's draws: the same after a resume
-                logits = self.step_options.logits(self.forward, *(self.dataset.normalize(x) for x in inputs))
-                loss = F.cross_entropy(logits, labels)
-                loss.backward()  # the back end sums full buckets while backward goes on
+                real = max(0, min(b, len(lanes[m]) - done * b))  # the rest of the micro-batch pads (weight 0)
+                slot = self.rank * k + m
+                self.slot_buffers.use(m)
+                # dropout's draws per slot and step: the same after a resume, and with k slots as with k workers
+                torch.manual_seed(step_seed(self.seed, slot, step))
+                with self.sync.no_sync() if m < k - 1 else contextlib.nullcontext():
+                    logits = self.step_options.logits(self.forward, *(self.dataset.normalize(x) for x in inputs))
+                    if real == b:
+                        loss = F.cross_entropy(logits, labels)
+                    else:
+                        weights = (torch.arange(b, device=labels.device) < real).float()
+                        loss = (F.cross_entropy(logits, labels, reduction="none") * weights).sum() / b
+                    loss.backward()  # the back end sums full buckets while the last backward goes on
+                if real:  # the mean over the real clips (as an unpadded micro-batch's loss is)
+                    hits = int((logits[:real].argmax(1) == labels[:real]).sum())
+                    totals = totals.add(loss.item() if real == b else loss.item() * b / real, hits, real)
+                lane = lanes[m]
+                trained += [(slot, paths[lane[done * b + i]] if i < real else paths[lane[0] if lane else pad],
+                             1.0 if i < real else 0.0) for i in range(b)]  # fmt: skip
+                if m < k - 1:
+                    now = time.perf_counter()
+                    data_time, step_time, tick = data_time + loaded - tick, step_time + now - loaded, now
+                    continue
+                self.slot_buffers.use(0)
                 self.sync.synchronize()
                 self.sync.step()
                 self.model.zero_grad(set_to_none=True)
+                self.sample_log.write(epoch, step, trained)
                 step += 1
                 batch_loss = loss.item()
-                totals = totals.add(batch_loss, int((logits.argmax(1) == labels).sum()), len(labels))
                 now = time.perf_counter()
                 data_time, step_time, tick = data_time + loaded - tick, step_time + now - loaded, now
-                bar.set_postfix_str(f"loss {totals.loss_sum / totals.count:.4f} lr {lr:.5f}", refresh=False)
+                bar.set_postfix_str(f"loss {totals.loss_sum / max(totals.count, 1):.4f} lr {lr:.5f}", refresh=False)
                 bar.update()
                 if self.board:
                     self.board.step(step, batch_loss, lr)
-                if save_every and (it + 1) % save_every == 0 and it + 1 < self.iters_per_epoch:
-                    self._checkpoint_inside(epoch, step, it + 1, totals)
-                if it + 1 < self.iters_per_epoch:  # after the last step the epoch ends first; then the next one
-                    self._stop_on_notice(epoch, step, it + 1, totals)
+                if save_every and (it + 1) % save_every == 0 and done + 1 < left:
+                    self._checkpoint_inside(epoch, step, it + 1, totals, plan, done + 1)
+                if done + 1 < left:  # after the last step the epoch ends first; then the next one
+                    self._stop_on_notice(epoch, step, it + 1, totals, plan, done + 1)
         elapsed = time.perf_counter() - began
         speed = (totals.count - start.count, elapsed, data_time, step_time)  # this run's clips, not the carried ones
         loss_avg, acc, workers = self._global_metrics(totals, speed)

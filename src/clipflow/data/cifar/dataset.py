@@ -40,6 +40,8 @@ class CifarImages(Dataset):
         mode: str = "train",
         seed: int = 0,
         spec: ImageSpec | None = None,
+        entries: list[VideoEntry] | None = None,
+        keys: list[int] | None = None,
     ):
         if mode not in MODES:
             raise ClipflowError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
@@ -48,7 +50,8 @@ class CifarImages(Dataset):
         self.seed = seed
         self.transform = spec if spec is not None else ImageSpec()
         self.epoch = 0
-        entries = read_list(self.list_path, NUM_CLASSES)
+        entries = read_list(self.list_path, NUM_CLASSES) if entries is None else entries
+        self.keys = keys  # item i's draws come from (seed, epoch, keys[i]), default i (as SlowFastClips)
         files: dict[Path, int] = {}
         file_ids, indices = [], []
         for e in entries:
@@ -103,7 +106,8 @@ class CifarImages(Dataset):
         index = range(len(self))[index]
         if self.mode != "train":
             return val_view(self.transform)
-        return train_view(self.transform, np.random.default_rng([self.seed, self.epoch, index]))
+        key = index if self.keys is None else self.keys[index]
+        return train_view(self.transform, np.random.default_rng([self.seed, self.epoch, key]))
 
     def _batch(self, file_id: int, line: int) -> tuple[np.ndarray, np.ndarray]:
         if file_id not in self._cache:

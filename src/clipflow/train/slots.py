@@ -1,0 +1,240 @@
+"""Micro-batch slots: what every worker trains in each step of an epoch, and how a resumed run with another
+worker count (a resize) goes on with the same epoch.
+
+Accumulation. With the recipe's ``train.accumulate`` k, each of the W workers runs k micro-batches of
+``batch_size`` b per optimizer step, forward and backward each (BatchNorm sees b clips, as a worker without
+accumulation does), its gradients summed locally and synchronized once per step (clipflow.train.ps_sync and
+ddp_sync: ``no_sync`` for the first k - 1). The step's gradient is the mean over the global batch W x b x k:
+each micro-batch's loss is the mean over its b clips, the W x k of them are summed and the optimizer's
+``rescale_grad`` is 1 / (W x k). The linear scaling rule uses W x b x k.
+
+Slots. S = W x k micro-batch lanes; slot j = r x k + m is worker r's micro-batch m. Worker r's list holds its
+k slots' parts one after another, L entries each (clipflow.data.splits.split_slots). In an epoch, slot j
+trains its part in ``epoch_order(L, seed, epoch)`` (the first L // b x b of it), b per micro-batch: L // b
+steps. A sample is (source, key): the slot part it comes from and its place there; its random crop and
+offsets are drawn from (seed, epoch, key), so a sample is the same clip whichever worker loads it. 2 workers
+x k = 2 train exactly the micro-batches of 4 workers x k = 1, step for step. Each slot also keeps its own
+BatchNorm running statistics (:class:`SlotBuffers`): a worker's slot 0 sees what worker 0 of the wider run
+sees.
+
+Resize. A checkpoint records its layout (W, b, k) and, inside an epoch, every slot's remaining samples of
+that epoch and the entries of the parts they come from (:meth:`EpochPlan.record`). A run resumed with W'
+workers at batch b' (:func:`decide`): with ``global_batch: keep``, k' = W b k / (W' b') must be a whole
+number, else the resume is refused naming the worker counts that would work; with ``scale``, k' is the
+recipe's accumulate and the learning rate follows the linear rule for W' b' k'. If S' = W' k' equals S, every
+slot keeps its remaining samples and the run goes on as the unbroken one. Otherwise the epoch's remaining
+samples, every old slot's in order, are split over the S' new slots as evenly as possible (:func:`spread`),
+none repeated or skipped; a slot with fewer samples pads its last micro-batch with samples of weight 0 so
+every worker does the same number of steps. The gradient of a step is then exactly the mean-weighted sum of
+its real samples (each 1 / (W' b' k')); BatchNorm's batch statistics and running statistics do see the
+padding. Later epochs use the new worker lists' slots. A moved sample's video is read from the root every
+worker shares; on hosts with their own disks (staged data) a resize inside an epoch is refused for now.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.utils.data import Sampler
+
+from clipflow.data.listfile import VideoEntry, list_text, parse_line
+from clipflow.data.splits import epoch_order
+from clipflow.errors import ClipflowError
+
+Sample = tuple[int, int]  # (source part, key: the sample's place in that part)
+
+
+@dataclass(frozen=True)
+class Layout:
+    workers: int
+    batch: int
+    accumulate: int
+
+    @property
+    def slots(self) -> int:
+        return self.workers * self.accumulate
+
+    @property
+    def global_batch(self) -> int:
+        return self.workers * self.batch * self.accumulate
+
+    def describe(self) -> str:
+        return f"{self.workers} workers x {self.batch} clips x {self.accumulate}"
+
+    def record(self) -> dict:
+        return {"workers": self.workers, "batch": self.batch, "accumulate": self.accumulate}
+
+    @classmethod
+    def of(cls, record: dict) -> Layout:
+        return cls(int(record["workers"]), int(record["batch"]), int(record["accumulate"]))
+
+
+def working_counts(global_batch: int, batch: int) -> list[int]:
+    """The worker counts W' for which ``global_batch`` = W' x ``batch`` x k' with a whole k' >= 1."""
+    if global_batch % batch:
+        return []
+    per = global_batch // batch
+    return [w for w in range(1, per + 1) if per % w == 0]
+
+
+def decide(old: Layout, workers: int, batch: int, accumulate: int, policy: str) -> Layout:
+    """The layout a run resumed from a checkpoint of layout ``old`` trains with: ``workers`` x ``batch``, and k
+    by ``policy`` (keep: the old global batch; scale: the recipe's ``accumulate``)."""
+    if policy == "scale":
+        return Layout(workers, batch, accumulate)
+    per_step = workers * batch
+    if old.global_batch % per_step:
+        counts = working_counts(old.global_batch, batch)
+        which = (f"workers {', '.join(map(str, counts))} would" if counts
+                 else f"no worker count does (it is no multiple of batch {batch})")  # fmt: skip
+        raise ClipflowError(
+            f"global_batch keep: the checkpoint's global batch {old.global_batch} ({old.describe()}) is no whole "
+            f"multiple of {workers} workers x {batch} clips; at batch_size {batch} {which}; "
+            "or set train.global_batch: scale"
+        )
+    return Layout(workers, batch, old.global_batch // per_step)
+
+
+def spread(lanes: list[list[Sample]], slots: int) -> list[list[Sample]]:
+    """Every sample of ``lanes``, in order, split over ``slots`` lanes as evenly as possible (the first ones one
+    longer)."""
+    flat = [s for lane in lanes for s in lane]
+    size, extra = divmod(len(flat), slots)
+    out, at = [], 0
+    for j in range(slots):
+        n = size + (1 if j < extra else 0)
+        out.append(flat[at : at + n])
+        at += n
+    return out
+
+
+def normal_lanes(slots: int, part_length: int, batch: int, seed: int, epoch: int) -> list[list[Sample]]:
+    """A whole epoch's samples per slot: its part in epoch_order, the first part_length // batch x batch."""
+    order = epoch_order(part_length, seed, epoch)[: (part_length // batch) * batch].tolist()
+    return [[(j, key) for key in order] for j in range(slots)]
+
+
+@dataclass
+class EpochPlan:
+    """Every slot's samples of (the rest of) an epoch, from step ``first`` on; ``sources``: the entries of the
+    parts the samples come from, as list lines (None where the launching host cannot read every worker list);
+    ``total``: the epoch's training samples, for the schedule's position in it."""
+
+    lanes: list[list[Sample]]
+    sources: list[list[str]] | None
+    total: int
+    first: int = 0
+
+    def steps(self, batch: int) -> int:
+        """Steps left: the longest lane's micro-batches (the others pad)."""
+        return max((math.ceil(len(lane) / batch) for lane in self.lanes), default=0)
+
+    def remaining(self, batch: int, done: int) -> list[list[Sample]]:
+        """Every lane after ``done`` of its micro-batches."""
+        return [lane[done * batch :] for lane in self.lanes]
+
+    def record(self, batch: int, done: int) -> dict:
+        """What a checkpoint after ``done`` more steps keeps (lists, for torch.load with weights_only)."""
+        return {"lanes": [[list(s) for s in lane] for lane in self.remaining(batch, done)], "sources": self.sources,
+                "total": self.total}  # fmt: skip
+
+    @classmethod
+    def from_record(cls, record: dict, first: int) -> EpochPlan:
+        lanes = [[(int(s), int(k)) for s, k in lane] for lane in record["lanes"]]
+        return cls(lanes, record["sources"], int(record["total"]), first)
+
+    def encode(self) -> torch.Tensor:
+        """This plan as bytes in a float32 tensor (each byte exact), for a broadcast."""
+        blob = json.dumps({"lanes": self.lanes, "sources": self.sources, "total": self.total, "first": self.first})
+        return torch.tensor(list(blob.encode()), dtype=torch.float32)
+
+    @classmethod
+    def decode(cls, data: torch.Tensor) -> EpochPlan:
+        raw = json.loads(bytes(int(v) for v in data.tolist()).decode())
+        return cls([[(s, k) for s, k in lane] for lane in raw["lanes"]], raw["sources"], raw["total"], raw["first"])
+
+    def trained_fraction(self, batch: int) -> float:
+        """The share of the epoch's samples trained before this plan's first step."""
+        left = sum(len(lane) for lane in self.lanes)
+        return (self.total - left) / self.total if self.total else 1.0
+
+
+def part_lines(entries: list[VideoEntry], accumulate: int, length: int) -> list[list[str]]:
+    """A worker list's ``accumulate`` slot parts of ``length`` entries, as list lines."""
+    return [list_text(entries[m * length : (m + 1) * length]).splitlines() for m in range(accumulate)]
+
+
+def entry_of(line: str, where: str) -> VideoEntry:
+    return parse_line(line, where)
+
+
+def schedule_point(epoch: int, iters: int, start: int, done: int, left: int) -> int:
+    """The schedule's iteration of a step: ``epoch`` has ``iters`` steps in this layout; the plan began at its
+    step ``start`` (the trained share of the epoch in this layout's steps) with ``left`` steps to go, of which
+    ``done`` are done. Without a resize ``start + left`` is ``iters`` and this is the unbroken run's count."""
+    return (epoch - 1) * iters + start + (done * max(iters - start, 0)) // max(left, 1)
+
+
+class SlotBuffers:
+    """Each of a worker's k slots keeps its own BatchNorm running statistics: :meth:`use` puts slot m's into the
+    model before its micro-batch; after the step slot 0's are back (what checkpoints and validation see)."""
+
+    def __init__(self, model: torch.nn.Module, accumulate: int) -> None:
+        self.buffers = [b for b in model.buffers()]
+        self.kept = [[b.detach().clone() for b in self.buffers] for _ in range(accumulate)] if accumulate > 1 else []
+        self.current = 0
+
+    def use(self, slot: int) -> None:
+        if not self.kept or slot == self.current:
+            return
+        with torch.no_grad():
+            for b, keep in zip(self.buffers, self.kept[self.current], strict=True):
+                keep.copy_(b)
+            for b, mine in zip(self.buffers, self.kept[slot], strict=True):
+                b.copy_(mine)
+        self.current = slot
+
+
+class LaneSampler(Sampler[int]):
+    """A worker's dataset indices for the steps of an epoch plan: per step, each of its k lanes' next micro-batch
+    of ``batch`` in turn; a lane with fewer samples left pads with its first sample (weight 0 in the step)."""
+
+    def __init__(self) -> None:
+        self.lanes: list[list[int]] = []
+        self.batch, self.steps, self.pad = 1, 0, 0
+
+    def set(self, lanes: list[list[int]], batch: int, steps: int, pad: int) -> None:
+        self.lanes, self.batch, self.steps, self.pad = lanes, batch, steps, pad
+
+    def __iter__(self) -> Iterator[int]:
+        b = self.batch
+        for s in range(self.steps):
+            for lane in self.lanes:
+                chunk = lane[s * b : (s + 1) * b]
+                yield from chunk + [lane[0] if lane else self.pad] * (b - len(chunk))
+
+    def __len__(self) -> int:
+        return self.steps * len(self.lanes) * self.batch
+
+
+class SampleLog:
+    """CLIPFLOW_SAMPLE_LOG: worker ``rank`` appends one tab-separated line per trained sample after each optimizer
+    step to ``folder``/worker{rank}.tsv: attempt (rank 0's start time in ms, the same on every worker), epoch,
+    step (0-based, counted over the run), slot, the entry's path, weight (0 for padding)."""
+
+    def __init__(self, folder: Path | None, rank: int, attempt: int) -> None:
+        self.path = None if folder is None else folder / f"worker{rank}.tsv"
+        self.attempt = attempt
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(self, epoch: int, step: int, rows: list[tuple[int, str, float]]) -> None:
+        if self.path is None:
+            return
+        with self.path.open("a") as fh:
+            fh.writelines(f"{self.attempt}\t{epoch}\t{step}\t{slot}\t{path}\t{w:g}\n" for slot, path, w in rows)
