@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,9 @@ from helpers import assert_refused, python_env
 from launch_helpers import TINY, launch, scanned, two_splits
 from netns_hosts import ssh_hosts  # noqa: F401
 from report_helpers import colour_columns, embedded_figures
+from sample_log_helpers import trained_per_epoch
 
-from clipflow.data.listfile import VideoEntry, write_list
+from clipflow.data.listfile import VideoEntry, read_list, write_list
 
 KILLED = {**TINY, "train": {**TINY["train"], "epochs": 2, "save_every_iters": 2, "keep_checkpoints": 10}}
 
@@ -164,7 +166,8 @@ def test_a_host_cut_off_mid_epoch_is_dropped_and_the_run_goes_on_on_the_two_othe
     """3 hosts, a worker and a server each; host 3's link cut once rank 0 saved inside epoch 1: the launch fails,
     the host check finds host 3 silent, and with min_workers 2 the launcher relaunches on hosts 1 and 2 (2 workers,
     lists split anew from the training list) and the run finishes; restarts.jsonl and the report show it. The
-    resume on 2 workers from the 3-worker checkpoint is the trainer's resize (issue 19 point 2)."""
+    resume on 2 workers from the 3-worker checkpoint is the trainer's resize, logged with its batch and learning-rate
+    decision; the per-sample log shows every training sample of both epochs trained exactly once."""
     import time
 
     from clipflow.cluster.ports import free_port
@@ -183,7 +186,13 @@ def test_a_host_cut_off_mid_epoch_is_dropped_and_the_run_goes_on_on_the_two_othe
     assert made.returncode == 0, made.stdout + made.stderr
     recipe = {**TINY, "train": {**TINY["train"], "epochs": 2, "save_every_iters": 2, "keep_checkpoints": 10}}
     ckpt = work / "ckpt"
-    env = {**python_env(), "HOME": str(ssh_hosts.local_home), **ssh_hosts.agent_env}
+    samples = work / "samples"  # every host writes its workers' lines here (the hosts share this machine's disk)
+    env = {
+        **python_env(),
+        "HOME": str(ssh_hosts.local_home),
+        **ssh_hosts.agent_env,
+        "CLIPFLOW_SAMPLE_LOG": str(samples),
+    }
     proc = subprocess.Popen(
         [sys.executable, "-m", "clipflow", "train", "launch", "--plan", str(plan), "--log-dir", str(work / "logs"),
          "--recipe", "slowfast_tiny_synthetic", "--overrides", json.dumps(recipe), "--splits-dir",
@@ -195,7 +204,7 @@ def test_a_host_cut_off_mid_epoch_is_dropped_and_the_run_goes_on_on_the_two_othe
     cut = ssh_hosts.hosts[2]
     try:
         deadline = time.monotonic() + 300
-        while not list(ckpt.glob("*/epoch_0001_iter_000002.pt")):
+        while not (ckpt / "epoch_0001_iter_000002.pt").exists():
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
             time.sleep(0.2)
         ssh_hosts.link_down(2)
@@ -222,3 +231,13 @@ def test_a_host_cut_off_mid_epoch_is_dropped_and_the_run_goes_on_on_the_two_othe
     # the resize (issue 19 point 2): the 2 workers go on from the 3 workers' checkpoint inside epoch 1
     after = out[out.index(restart[0]) :]
     assert "resumed from checkpoint" in after and "starting from scratch" not in after, after[-4000:]
+    assert "resize: 3 workers x 2 clips x 1 -> 2 workers x 2 clips x 1 (scale: global batch 6 -> 4)" in after, after
+    # every training sample of every epoch trained as often as the epoch's lists hold it (once; the wrap fill
+    # repeats 2 of the 16 videos to give 3 workers 6 each) over both attempts: 3 workers, then 2
+    counts = trained_per_epoch(samples)
+    lists = {1: sorted((work / "splits").glob("*.lst")), 2: sorted((ckpt / "splits-2w").glob("*.lst"))}
+    assert sorted(counts) == [1, 2]
+    for epoch, paths in lists.items():
+        planned = Counter(entry.path for path in paths for entry in read_list(path))
+        assert counts[epoch] == planned, (epoch, counts[epoch], planned)
+    assert sum(counts[1].values()) == 18 and sum(counts[2].values()) == 16
