@@ -11,6 +11,7 @@ names the setting with its old and new value.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 # the cluster settings that change what training computes; the rest (hosts, placement, ports, ssh, storage,
@@ -35,3 +36,9 @@ def train_settings(config: dict, recipe: dict) -> dict[str, str]:
     settings.update(flatten("train", config["train"]))
     settings.update({f"cluster.{key}": config["cluster"][key] for key in CLUSTER_KEYS})
     return {name: f"{name}={json.dumps(value, sort_keys=True)}" for name, value in settings.items()}
+
+
+def write_settings(path: str, lines: list[str], log: str) -> None:
+    """The train_settings rule's output: one ``name=value`` line each, and a line of log saying how many."""
+    Path(path).write_text("".join(f"{line}\n" for line in lines))
+    Path(log).write_text(f"{len(lines)} settings the trained model depends on: {path}\n")

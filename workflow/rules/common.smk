@@ -12,7 +12,7 @@ from clipflow.cluster.staged import staging_name
 from clipflow.errors import ClipflowError
 from clipflow.recipe import load_recipe, recipe_path
 from clipflow.workflow_checks import check_config_with_recipe
-from clipflow.workflow_settings import train_settings
+from clipflow.workflow_settings import train_settings, write_settings
 
 # `python` in the rules is the interpreter running Snakemake (its venv or conda env).
 shell.prefix(f"set -euo pipefail; export PATH={os.path.dirname(sys.executable)!r}:$PATH; ")

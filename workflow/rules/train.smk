@@ -19,8 +19,7 @@ rule train_settings:
     log:
         f"{LOGS}/train_settings.log",
     run:
-        Path(output[0]).write_text("".join(f"{line}\n" for line in params))
-        Path(log[0]).write_text(f"{len(params)} settings the trained model depends on: {output[0]}\n")
+        write_settings(output[0], list(params), log[0])
 
 
 rule train:
