@@ -157,3 +157,39 @@ def test_two_workers_resumed_as_three_inside_an_epoch_by_scale(tmp_path, tiny_vi
     counts = trained_per_epoch(log)
     assert sorted(counts[1]) == sorted(e.path for e in entries) and set(counts[1].values()) == {1}
     assert sum(counts[2].values()) == 12 and set(counts[2].values()) == {1}
+
+
+@pytest.mark.parametrize(("before", "after"), [((3, 2), (2, 3)), ((2, 3), (3, 2))])
+def test_keep_resizes_between_two_and_three_workers_with_another_batch_per_worker(tmp_path, tiny_videos, before,
+                                                                                  after):  # fmt: skip
+    """global batch 6 kept across 3 workers x 2 clips and 2 workers x 3 clips (no accumulation needed), killed
+    after epoch 1's first step: the 6 samples left of epoch 1 spread over the new slots, every sample of both
+    epochs trained once."""
+    entries = scanned(tiny_videos)[:12]
+    log = tmp_path / "samples"
+    env = {"CLIPFLOW_SAMPLE_LOG": str(log)}
+
+    def split(workers):
+        size = len(entries) // workers
+        return lists(tmp_path / f"s{workers}", [entries[r * size : (r + 1) * size] for r in range(workers)])
+
+    def sized(batch):
+        base = recipe()
+        return {**base, "train": {**base["train"], "batch_size": batch}}
+
+    (old_workers, old_batch), (new_workers, new_batch) = before, after
+    broken = launch(tmp_path / "run", tiny_videos, split(old_workers), overrides=sized(old_batch),
+                    plan_args=("--num-workers", str(old_workers)),
+                    env_extra={**env, "CLIPFLOW_FAULT_KILL": "1:1:1"})  # fmt: skip
+    assert broken.returncode != 0
+    resumed = launch(tmp_path / "run", tiny_videos, split(new_workers), "--global-batch", "keep",
+                     overrides=sized(new_batch), plan_args=("--num-workers", str(new_workers)),
+                     env_extra=env)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    line = (f"resize: {old_workers} workers x {old_batch} clips x 1 -> {new_workers} workers x {new_batch} clips x 1 "
+            "(keep: global batch 6)")  # fmt: skip
+    assert line in resumed.stdout, resumed.stdout
+    counts = trained_per_epoch(log)
+    assert sorted(counts) == [1, 2]
+    for epoch in (1, 2):
+        assert sorted(counts[epoch]) == sorted(e.path for e in entries) and set(counts[epoch].values()) == {1}
