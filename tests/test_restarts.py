@@ -134,6 +134,17 @@ def test_fewer_min_workers_without_the_training_list_is_refused(tmp_path, tiny_v
     assert not (tmp_path / "ckpt" / "restarts.jsonl").exists()
 
 
+def test_fewer_min_workers_on_hosts_with_their_own_disks_is_refused(tmp_path, tiny_videos):
+    """Each host holds only its workers' staged videos: a restart without one of them cannot go on."""
+    splits = two_splits(tmp_path, tiny_videos)
+    staged = tmp_path / "staged.json"
+    staged.write_text(json.dumps({"version": 1, "storage": "local", "hosts": {"localhost": {"root": "~/stage"}}}))
+    done = launch(tmp_path, tiny_videos, splits, "--max-restarts", "1", "--min-workers", "1", "--train-list",
+                  str(splits / "worker0.lst"), "--staged", str(staged), "--host-dir", "~/clipflow-jobs/t")  # fmt: skip
+    assert_refused(done, "train.min_workers 1", "own disks", "shared storage")
+    assert not (tmp_path / "ckpt" / "restarts.jsonl").exists()
+
+
 # -- on three hosts (network namespaces with sshd, tests/netns_hosts.py) --------------------------------------
 
 

@@ -113,7 +113,7 @@ def launch_training(job: TrainJob, log_dir: str, grace: float, source: Path | No
         shards = [job.paths.shard(rank) for rank in range(job.plan.num_workers)]
         lists = [path for path in [*shards, job.paths.val_list] if path is not None and path.is_file()]
         check_span_in_lists(job.recipe, lists, "the recipe")
-    check_restart_inputs(job)
+    check_restart_inputs(job, own_disks=local is not None)
     if local is None:
         check_resume(job.paths.checkpoint_root, job_facts(job, listed_iterations(job)), job.policy.resume)
     job_file = job.file if job_given or local is not None else job.write()

@@ -58,10 +58,19 @@ class Attempt:
     lost_s: float  # failed: from the newest checkpoint's save (or the start, when later) to the failure
 
 
-def check_restart_inputs(job: TrainJob) -> None:
+def check_restart_inputs(job: TrainJob, own_disks: bool = False) -> None:
     """What a restart on fewer workers needs, checked before anything starts: the training list its worker lists
-    are split from. ClipflowError naming the settings and the way out."""
+    are split from, and hosts that share the videos (``own_disks``: each host holds only its own workers' staged
+    videos, so the hosts that remain could not train a dropped one's). ClipflowError naming the settings and the
+    way out."""
     policy, workers = job.policy, job.plan.num_workers
+    if own_disks and policy.max_restarts and policy.fewest_workers(workers) < workers:
+        raise ClipflowError(
+            f"train.min_workers {policy.min_workers} lets a restart go on with fewer than the plan's {workers} "
+            "workers, but the hosts have their own disks (storage local): each holds only its own workers' videos, "
+            "so the others could not go on with a dropped host's share; set train.min_workers to the worker count "
+            "(restarts then need every host back), or use shared storage"
+        )
     if policy.max_restarts and policy.fewest_workers(workers) < workers and job.paths.train_list is None:
         raise ClipflowError(
             f"train.min_workers {policy.min_workers} lets a restart go on with fewer than the plan's {workers} "
