@@ -38,6 +38,7 @@ from clipflow.train.launcher import (
 from clipflow.train.restarts import check_restart_inputs, run_with_restarts
 from clipflow.train.resume_check import check_resume, job_facts, set_aside
 from clipflow.train.roles import role_commands
+from clipflow.train.slots import Layout, decide
 
 Command = Callable[[Role], Sequence[str]]  # a worker's clipflow arguments
 
@@ -115,7 +116,11 @@ def launch_training(job: TrainJob, log_dir: str, grace: float, source: Path | No
         check_span_in_lists(job.recipe, lists, "the recipe")
     check_restart_inputs(job, own_disks=local is not None)
     if local is None:
-        check_resume(job.paths.checkpoint_root, job_facts(job, listed_iterations(job)), job.policy.resume)
+        found = check_resume(job.paths.checkpoint_root, job_facts(job, listed_iterations(job)), job.policy.resume)
+        if found is not None and "layout" in found[0]:  # a resize the policy refuses, named before any role starts
+            train = job.recipe["train"]
+            decide(Layout.of(found[0]["layout"]), job.plan.num_workers, train["batch_size"], train["accumulate"],
+                   job.policy.global_batch)  # fmt: skip
     job_file = job.file if job_given or local is not None else job.write()
 
     def attempt(current: TrainJob, current_file: Path | None) -> Ending:
