@@ -219,5 +219,33 @@ def test_two_epochs_on_three_workers_really_rerun_and_the_results_say_so(finishe
     ]  # fmt: skip
     report = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", (work / "results/tiny/report/report.html").read_text()))
     assert "Training epochs 2 " in report and "evaluated by 3 worker(s)" in report
+    log = (work / "logs/tiny/train.log").read_text()  # it went on from epoch 1's checkpoint, resized to 3 workers
+    assert "resumed from checkpoint" in log and "epoch_0001.pt" in log and "starting from scratch" not in log, log
+    assert re.search(r"resize: 2 workers x \d+ clips x 1 -> 3 workers x \d+ clips x 1 \(scale", log), log
+    again = snakemake(work, "-n", "train_slowfast")
+    assert "Nothing to be done" in again.stdout + again.stderr, again.stdout
+
+
+@pytest.mark.parametrize(
+    ("kind", "change", "extra_rules", "said"),
+    [
+        ("epochs", epochs(2), set(), "train.epochs: 1 -> 2"),
+        ("workers", workers(3), {"cluster_plan", "splits"}, "(resize)"),
+        ("recipe value", lambda config: config["overrides"]["train"].update(base_lr=0.05), set(),
+         "train.base_lr: 0.025 -> 0.05"),
+    ],
+)  # fmt: skip
+def test_each_kind_of_change_really_reruns_what_its_dry_run_plans(finished, tmp_path, kind, change, extra_rules,
+                                                                   said):  # fmt: skip
+    """Run for real, each change redoes exactly the stages its dry run planned; training goes on from the finished
+    run's checkpoint (the change printed), and afterwards nothing is left to do."""
+    work = changed(finished, tmp_path, change)
+    plan = set(planned(work))
+    assert plan == {"train_settings", *extra_rules, *AFTER_TRAIN}, (kind, plan)
+    done = snakemake(work, "train_slowfast")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert ran_rules(done.stdout + done.stderr) == plan
+    log = (work / "logs/tiny/train.log").read_text()
+    assert "resumed from checkpoint" in log and said in log and "starting from scratch" not in log, log
     again = snakemake(work, "-n", "train_slowfast")
     assert "Nothing to be done" in again.stdout + again.stderr, again.stdout
