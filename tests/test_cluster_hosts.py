@@ -496,7 +496,7 @@ def _collected_from_the_hosts_and_a_damaged_log_named(ssh_hosts: NetnsHosts, wor
         assert got["host"] == h.target and got["remote"] == f"~/clipflow-job/logs/hosts/train/on-host/worker-{r}.log"
         on_host = h.home / "clipflow-job/logs/hosts/train/on-host" / f"worker-{r}.log"
         assert got["sha256"] == hashlib.sha256(on_host.read_bytes()).hexdigest() == _sha(Path(work / got["local"]))
-    rank0 = {f["kind"]: f for f in manifest["files"] if f["kind"] != "log"}
+    rank0 = {f["kind"]: f for f in manifest["files"] if f["kind"] not in ("log", "restarts")}  # restarts: from home
     assert {"model", "checkpoint", "best", "best_facts"} == set(rank0) and {f["host"] for f in rank0.values()} == {
         ssh_hosts.hosts[0].target
     }

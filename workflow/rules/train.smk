@@ -64,7 +64,6 @@ rule train:
         " --recipe {input.recipe:q} --overrides {params.overrides:q} --splits-dir {params.splits:q}"
         " --root {params.root:q} --checkpoint-root {params.checkpoints:q} --model-out {output.model:q}"
         " --metrics-out {output.history:q} --val-list {input.val:q} --train-list {input.train_list:q}"
-        " --backend {params.backend} {params.policy}"
-        " --kvstore {params.kvstore} {params.on_servers}"
+        " --backend {params.backend} --kvstore {params.kvstore} {params.on_servers} {params.policy}"
         " --compression {params.compression[type]} --compression-threshold {params.compression[threshold]}"
         " --seed {params.seed} {params.tensorboard} {params.staged} 2>&1 | tee {log:q}"

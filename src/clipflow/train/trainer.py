@@ -142,13 +142,14 @@ class Trainer:
         length = len(self.own_entries) // k
         self.part_length = length
         self.iters_per_epoch = length // b
+        keys = [i % max(length, 1) for i in range(len(self.own_entries))]
+        # built first: a list of the wrong kind (video lines for an image recipe) is named by its line
+        self.dataset = build_dataset(self.recipe, shard, self.paths.root, "train", self.seed, keys=keys)
         if self.iters_per_epoch == 0:
             raise ClipflowError(
                 f"{shard} has {len(self.own_entries)} videos, fewer than accumulate {k} x batch {b}; "
                 "lower train.batch_size or train.accumulate, or use fewer workers"
             )
-        keys = [i % length for i in range(len(self.own_entries))]
-        self.dataset = build_dataset(self.recipe, shard, self.paths.root, "train", self.seed, keys=keys)
         self.own_parts = part_lines(self.own_entries, k, length)
         self.all_parts: list[list[str]] | None = None
         if self.rank == 0:
@@ -163,9 +164,10 @@ class Trainer:
                      "workers": self.num_workers, "global_batch": layout.global_batch, "accumulate": k,
                      "backend": self.comm.backend}  # fmt: skip
             write_text_with_checksum(self.store.folder / RUN_FACTS, json.dumps(facts) + "\n")  # `clipflow status`
+            shape = f"{layout.workers} workers x {b}" if k == 1 else layout.describe()
             self.log(
                 f"linear scaling rule: lr = base_lr {t['base_lr']} x global batch {layout.global_batch} "
-                f"({layout.describe()}) / base_batch {t['base_batch']} = {self.lr:g}"
+                f"({shape}) / base_batch {t['base_batch']} = {self.lr:g}"
             )
 
     def _every_part(self, layout: Layout, length: int) -> list[list[str]] | None:
@@ -330,9 +332,9 @@ class Trainer:
         self.forward = self.step_options.compiled(self.sync.module)  # the same parameters
         if self.rank == 0:
             self.log(
-                f"back end {self.comm.backend}: gradients summed over {self.num_workers} workers x "
-                f"{self.layout.accumulate} micro-batches "
-                f"({self.comm.transport}, rank 0 on {self.device})"
+                f"back end {self.comm.backend}: gradients summed over {self.num_workers} workers"
+                + (f" x {self.layout.accumulate} micro-batches" if self.layout.accumulate > 1 else "")
+                + f" ({self.comm.transport}, rank 0 on {self.device})"
             )
         if self.rank == 0 and t["no_wd"]:
             spared = [b for b in self.sync.buckets if b.wd_mult == 0.0]
