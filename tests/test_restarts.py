@@ -252,3 +252,39 @@ def test_a_host_cut_off_mid_epoch_is_dropped_and_the_run_goes_on_on_the_two_othe
         planned = Counter(entry.path for path in paths for entry in read_list(path))
         assert counts[epoch] == planned, (epoch, counts[epoch], planned)
     assert sum(counts[1].values()) == 18 and sum(counts[2].values()) == 16
+
+
+@pytest.mark.hosts
+def test_each_restart_checks_every_host_of_the_first_plan_so_a_host_that_came_back_is_used_again(
+    ssh_hosts,  # noqa: F811
+    keyed,
+):
+    """The host check a restart makes (run_with_restarts passes it the first plan every time): with host 3's
+    link down it answers hosts 1 and 2 and names host 3; with the link up again host 3 is back in the next."""
+    from clipflow.cluster.ports import free_port
+
+    plan_file = Path(keyed["work"]) / "plan-back.json"
+    made = on_launching_side(ssh_hosts, "cluster", "plan", "--launcher", "ssh", "--hosts-file", keyed["hosts_file"],
+                             "--num-workers", "3", "--root-port", str(free_port()), "--ssh-key", keyed["key"],
+                             "--known-hosts", keyed["known_hosts"], "--out", str(plan_file))  # fmt: skip
+    assert made.returncode == 0, made.stdout + made.stderr
+    check = ("import json, sys; from clipflow.cluster.plan import Plan; "
+             "from clipflow.train.restarts import reachable_hosts, role_host; "
+             "print(json.dumps([role_host(h) for h in reachable_hosts(Plan.read(sys.argv[1]))]))")  # fmt: skip
+    env = {**python_env(), "HOME": str(ssh_hosts.local_home), **ssh_hosts.agent_env}  # as the launcher runs it
+
+    def answering() -> tuple[list[str], str]:
+        done = subprocess.run([sys.executable, "-c", check, str(plan_file)], env=env, capture_output=True, text=True,
+                              timeout=120)  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        *said, last = done.stdout.strip().splitlines()
+        return json.loads(last), "\n".join(said)
+
+    targets = [h.target for h in ssh_hosts.hosts]
+    ssh_hosts.link_down(2)
+    try:
+        there, said = answering()
+    finally:
+        ssh_hosts.link_up(2)
+    assert there == targets[:2] and said.startswith(f"clipflow: restart: {targets[2]} does not answer"), said
+    assert answering()[0] == targets
