@@ -36,7 +36,7 @@ from clipflow.train.launcher import (
     program_problem,
 )
 from clipflow.train.restarts import check_restart_inputs, run_with_restarts
-from clipflow.train.resume_check import check_resume, job_facts, set_aside
+from clipflow.train.resume_check import check_resume, job_facts, listed_iterations, set_aside
 from clipflow.train.roles import role_commands
 from clipflow.train.slots import Layout, decide
 
@@ -116,7 +116,7 @@ def launch_training(job: TrainJob, log_dir: str, grace: float, source: Path | No
         check_span_in_lists(job.recipe, lists, "the recipe")
     check_restart_inputs(job, own_disks=local is not None)
     if local is None:
-        found = check_resume(job.paths.checkpoint_root, job_facts(job, listed_iterations(job)), job.policy.resume)
+        found = check_resume(job.paths.checkpoint_root, job_facts(job, listed_iterations_of(job)), job.policy.resume)
         if found is not None and "layout" in found[0]:  # a resize the policy refuses, named before any role starts
             train = job.recipe["train"]
             decide(Layout.of(found[0]["layout"]), job.plan.num_workers, train["batch_size"], train["accumulate"],
@@ -134,14 +134,13 @@ def launch_training(job: TrainJob, log_dir: str, grace: float, source: Path | No
     return run_with_restarts(job, attempt)
 
 
-def listed_iterations(job: TrainJob) -> int | None:
-    """Iterations an epoch as rank 0's list gives them (its entries // batch size): what the launcher shows the
-    learning rate at the resume point with; rank 0 checks again with its data set's own count."""
+def listed_iterations_of(job: TrainJob) -> int | None:
+    """Steps an epoch as rank 0's list gives them: what the launcher shows the learning rate at the resume point
+    with (rank 0 counts again from its own list); None when that list is not here."""
     shard = job.paths.shard(0)
     if not shard.is_file():
         return None
-    lines = [ln for ln in shard.read_text(errors="replace").splitlines() if ln.strip() and not ln.startswith("#")]
-    return len(lines) // job.recipe["train"]["batch_size"] or None
+    return listed_iterations(read_list(shard), job.recipe["train"]) or None
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from clipflow.environment import NAMES
 from clipflow.errors import ClipflowError
 from clipflow.made import Made
 from clipflow.ps.exitcodes import RESUMABLE
-from clipflow.train.checkpoint import NAME
+from clipflow.train.checkpoint import CheckpointStore
 from clipflow.train.job import TrainJob
 from clipflow.train.launcher import Ending
 
@@ -135,11 +135,10 @@ def job_on(job: TrainJob, plan: Plan) -> tuple[TrainJob, Path]:
 
 
 def newest_checkpoint(root: Path) -> Path | None:
-    """The newest checkpoint file (by the time it was saved) in ``root`` (not in a set-aside folder)."""
-    if not root.is_dir():
-        return None
-    found = [p for p in root.iterdir() if p.is_file() and NAME.match(p.name)]
-    return max(found, key=lambda p: p.stat().st_mtime, default=None)
+    """The run's newest checkpoint in ``root`` (the store's order; not one in a set-aside folder)."""
+    store = CheckpointStore(root)
+    points = store.points()
+    return store.path(*points[-1]) if points else None
 
 
 class History:

@@ -41,7 +41,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clipflow.checksums import SUFFIX
+from clipflow.checksums import SUFFIX, sha256_of
+from clipflow.data.listfile import VideoEntry
 from clipflow.errors import ClipflowError
 from clipflow.train.checkpoint import NAME, RUN_FACTS, CheckpointStore
 from clipflow.train.schedule import Schedule, scaled_lr
@@ -71,7 +72,7 @@ def train_list_digest(paths, num_workers: int) -> str | None:
     only its own lists): then it is not compared."""
     if paths.train_list is not None:
         path = Path(paths.train_list).expanduser()
-        return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+        return sha256_of(path) if path.is_file() else None
     lines: set[str] = set()
     for rank in range(num_workers):
         shard = Path(paths.shard(rank)).expanduser()
@@ -79,6 +80,11 @@ def train_list_digest(paths, num_workers: int) -> str | None:
             return None
         lines.update(line for line in shard.read_text(errors="replace").splitlines() if line.strip())
     return hashlib.sha256("\n".join(sorted(lines)).encode()).hexdigest()
+
+
+def listed_iterations(entries: list[VideoEntry], train: dict[str, Any]) -> int:
+    """Steps an epoch as a worker list of ``entries`` gives them: its ``accumulate`` slot parts of whole batches."""
+    return len(entries) // train["accumulate"] // train["batch_size"]
 
 
 def job_facts(job, iters_per_epoch: int | None) -> dict[str, Any]:
@@ -89,8 +95,8 @@ def job_facts(job, iters_per_epoch: int | None) -> dict[str, Any]:
         "recipe": job.recipe,
         "workers": workers,
         "batch_size": t["batch_size"],
-        "accumulate": t.get("accumulate", 1),
-        "global_batch": workers * t["batch_size"] * t.get("accumulate", 1),
+        "accumulate": t["accumulate"],
+        "global_batch": workers * t["batch_size"] * t["accumulate"],
         "iters_per_epoch": iters_per_epoch,
         "seed": job.seed,
         "backend": job.backend,
@@ -193,8 +199,9 @@ def earlier_files(folder: Path) -> list[Path]:
 def set_aside(folder: Path, log=print) -> Path | None:
     """The earlier run's files and old-layout folders moved into ``folder/set-aside-<UTC time>/``; its path, or
     None when there was nothing to move. Nothing is deleted."""
-    moving = [*earlier_files(folder), *old_layout(folder)]
-    if not any(NAME.match(p.name) for p in moving) and not old_layout(folder):
+    old_folders = old_layout(folder)
+    moving = [*earlier_files(folder), *old_folders]
+    if not old_folders and not any(NAME.match(p.name) for p in moving):
         return None
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     target, n = folder / f"{SET_ASIDE}{stamp}", 1
@@ -237,8 +244,9 @@ def check_resume(folder: Path, new: dict[str, Any], resume: str, log=print) -> t
     for name, before, after in changes.resizes:
         log(f"clipflow: resume from {path.name}: {name}: {before} -> {after} (resize)")
     if changes.resumes or changes.resizes:
-        rates = lr_at_resume(old, new, int(state.get("step", 0)))
+        step = int(state.get("step", 0))
+        rates = lr_at_resume(old, new, step)
         if rates and rates[0] != rates[1]:
-            log(f"clipflow: resume from {path.name}: learning rate at step {int(state.get('step', 0))} (the resume "
-                f"point): {rates[0]:.6g} -> {rates[1]:.6g}")  # fmt: skip
+            log(f"clipflow: resume from {path.name}: learning rate at step {step} (the resume point): "
+                f"{rates[0]:.6g} -> {rates[1]:.6g}")  # fmt: skip
     return found

@@ -40,7 +40,7 @@ from clipflow.train.faults import FaultInjector
 from clipflow.train.job import TrainJob
 from clipflow.train.notice import Notice, StoppedOnNotice
 from clipflow.train.progress import TensorBoardScalars, epoch_bar, progress_interval
-from clipflow.train.resume_check import check_resume, job_facts
+from clipflow.train.resume_check import check_resume, job_facts, listed_iterations
 from clipflow.train.schedule import Schedule, scaled_lr
 from clipflow.train.slots import (
     EpochPlan,
@@ -113,8 +113,8 @@ class Trainer:
         self.forward: Any = None  # what a step calls: the model, maybe wrapped by the sync, maybe compiled
         self.store = CheckpointStore(paths.checkpoint_root, keep=t["keep_checkpoints"], log=log)  # the run's own
         self.history_path = self.store.folder / "metrics.jsonl"
-        listed = len(read_list(shard)) // t["accumulate"] // self.batch_size  # iterations an epoch, as listed
-        self.facts = job_facts(job, listed)  # saved in every checkpoint
+        self.own_entries = read_list(shard)  # read once: the layout cuts it into slot parts (_use_layout)
+        self.facts = job_facts(job, listed_iterations(self.own_entries, t))  # saved in every checkpoint
         # rank 0's checkpoint, checked against this job (or the earlier files set aside) before anything is read
         self.found = check_resume(self.store.folder, self.facts, job.policy.resume, log) if self.rank == 0 else None
         self.faults = FaultInjector(self.rank)
@@ -138,7 +138,6 @@ class Trainer:
         self.layout = layout
         t, k, b = self.recipe["train"], layout.accumulate, layout.batch
         shard = self.paths.shard(self.rank)
-        self.own_entries = read_list(shard)
         length = len(self.own_entries) // k
         self.part_length = length
         self.iters_per_epoch = length // b
