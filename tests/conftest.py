@@ -145,3 +145,14 @@ def make_cluster(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
     finally:
         for cluster in clusters:
             cluster.kill_all()
+
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory) -> Iterator:
+    """A real Slurm cluster (munged, slurmctld, a slurmd on each of three network-namespace hosts), shared by every
+    test that runs jobs; skips, naming what is missing, unless root with Slurm's programs (tests/slurm_cluster.py).
+    Each test must leave it quiet: no job queued or running, no process on a node but its slurmd."""
+    from slurm_cluster import slurm_cluster
+
+    with slurm_cluster(tmp_path_factory.mktemp("slurm")) as cluster:
+        yield cluster
