@@ -71,7 +71,8 @@ class SlurmCluster:
     def __enter__(self) -> SlurmCluster:
         missing = missing_tools()
         if missing:
-            pytest.skip(f"a real Slurm cluster needs {', '.join(missing)} (Debian: slurmctld slurmd slurm-client munge)")
+            needs = ", ".join(missing)
+            pytest.skip(f"a real Slurm cluster needs {needs} (Debian: slurmctld slurmd slurm-client munge)")
         try:
             self._start()
         except BaseException:
@@ -202,7 +203,8 @@ class SlurmCluster:
 
     def wait_job(self, job_id: str, timeout_s: float) -> dict[str, str]:
         """Wait until the job has ended (any state but PENDING, RUNNING, CONFIGURING, COMPLETING, REQUEUED...)."""
-        active = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "RESIZING", "SUSPENDED"}
+        active = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "RESIZING"}
+        active.add("SUSPENDED")
         info: dict[str, str] = {}
 
         def ended() -> bool:

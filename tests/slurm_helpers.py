@@ -25,8 +25,9 @@ def three_splits(tmp_path: Path, tiny_videos: Path, per_worker: int = 4) -> Path
 
 
 def train_script(tmp_path: Path, tiny_videos: Path, splits: Path, *extra: str, overrides=None, workers: int = 3,
-                 servers: int = 3) -> Path:  # fmt: skip
-    """A batch script: `clipflow cluster plan --launcher slurm` on the allocation, then `clipflow train launch`."""
+                 servers: int = 3, plan_args: tuple[str, ...] = (), make_plan: bool = True) -> Path:  # fmt: skip
+    """A batch script: `clipflow cluster plan --launcher slurm` on the allocation (``plan_args`` added; none with
+    ``make_plan`` false: the test made plan.json), then `clipflow train launch`."""
     python = shlex.quote(sys.executable)
     plan = tmp_path / "plan.json"
     launch = [
@@ -37,11 +38,13 @@ def train_script(tmp_path: Path, tiny_videos: Path, splits: Path, *extra: str, o
         *extra,
     ]  # fmt: skip
     script = tmp_path / "train.sbatch"
-    script.write_text(
-        "#!/bin/sh\n"
-        f"cd {shlex.quote(str(tmp_path))}\n"
+    planning = (
         f"{python} -m clipflow cluster plan --launcher slurm --num-workers {workers} --num-servers {servers} "
-        f"--root-port {free_port()} --heartbeat-timeout 10 --out {shlex.quote(str(plan))} || exit $?\n"
+        f"--root-port {free_port()} --heartbeat-timeout 10 {' '.join(map(shlex.quote, plan_args))} "
+        f"--out {shlex.quote(str(plan))} || exit $?\n"
+    )
+    script.write_text(
+        f"#!/bin/sh\ncd {shlex.quote(str(tmp_path))}\n{planning if make_plan else ''}"
         f"exec {python} {' '.join(shlex.quote(a) for a in launch)}\n"
     )
     return script
@@ -54,3 +57,33 @@ def sbatch(slurm, script: Path, *options: str) -> str:
     env = {**python_env(), **{k: v for k, v in slurm.env.items() if k.startswith("SLURM_")}}
     env["CLIPFLOW_HEARTBEAT_TIMEOUT"] = "10"
     return slurm.run(argv, env=env).stdout.strip().split(";")[0]
+
+
+def role_pid(slurm, node_index: int, role: str, rank: int) -> int | None:
+    """The pid of a role's own process on a node (found by its environment, as srun's task), or None."""
+    for pid in slurm.hosts.pids(node_index):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"clipflow" not in cmdline or cmdline.startswith(b"srun") or b"slurmstepd" in cmdline:
+            continue
+        if f"DMLC_ROLE={role}".encode() in environ and f"DMLC_RANK={rank}".encode() in environ:
+            return pid
+    return None
+
+
+def training_started(out: Path) -> bool:
+    """The job's output shows a training step done (rank 0's progress line of its first epoch)."""
+    return out.exists() and "1/" in out.read_text() and "it/s" in out.read_text()
+
+
+def refusal_in(out: str, *names: str) -> str:
+    """The job's output holds one `clipflow: error:` line naming every one of ``names``, and no traceback."""
+    assert "Traceback" not in out, out
+    errors = [line for line in out.splitlines() if line.startswith("clipflow: error: ")]
+    assert len(errors) == 1, out
+    for name in names:
+        assert name in errors[0], (name, errors[0])
+    return errors[0]

@@ -1,19 +1,17 @@
-"""There is no Slurm controller on this machine, so these tests check the commands and environment the
-launcher would hand to srun (a mock of the controller is impossible to avoid): the node list expansion,
-the allocation read from Slurm's variables, and the srun command line. A stand-in `srun` script records
-what a real one would receive, to show that values travel in the environment and not in argv.
+"""The parts of the slurm launcher that need no controller: the node list expansion, the allocation read from
+Slurm's variables, the srun command line, and the refusals made before any step starts (a hosts file with the
+slurm launcher, srun missing). The launcher running for real on a Slurm cluster is in tests/test_slurm_launch.py.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import assert_refused, python_env
 
 from clipflow.cluster.slurm import SlurmAllocation, allocation_from_env, expand_nodelist, srun_argv
 from clipflow.errors import ClipflowError
@@ -145,31 +143,25 @@ def test_srun_argv_needs_a_command():
         srun_argv("gpu01", [])
 
 
-FAKE_SRUN = """\
-import json, os, sys
-json.dump({"argv": sys.argv[1:], "env": dict(os.environ)}, open(os.environ["FAKE_SRUN_RECORD"], "w"))
-"""
+def test_a_hosts_file_with_the_slurm_launcher_is_refused(tmp_path: Path):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("gpu01\ngpu02\n")
+    env = {**python_env(), **slurm_env(PATH=python_env()["PATH"])}
+    for argv in (
+        ["cluster", "plan", "--launcher", "slurm", "--hosts-file", str(hosts), "--out", str(tmp_path / "plan.json")],
+        ["launch", "--launcher", "slurm", "-H", str(hosts), "-n", "2", "--", "true"],
+    ):
+        done = subprocess.run([sys.executable, "-m", "clipflow", *argv], env=env, capture_output=True, text=True)
+        assert_refused(done, f"a hosts file ({hosts})", "slurm launcher", "use the ssh launcher")
+    assert not (tmp_path / "plan.json").exists()
 
 
-def test_secret_travels_in_environment_not_in_argv(tmp_path: Path):
-    secret = "curve-secret-9f8e7d6c5b4a"
-    fake = tmp_path / "bin" / "srun"
-    fake.parent.mkdir()
-    fake.write_text(f"#!{sys.executable}\n{FAKE_SRUN}")
-    fake.chmod(0o755)
-    record = tmp_path / "record.json"
-    env = slurm_env(
-        PATH=f"{fake.parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        FAKE_SRUN_RECORD=str(record),
-        DMLC_ROLE="worker",
-        DMLC_PS_ROOT_URI="gpu01",
-        CLIPFLOW_PS_SECRET=secret,
-    )
-    argv = srun_argv("gpu02", ROLE_ARGV)
-    assert not any(secret in arg for arg in argv)
-    subprocess.run(argv, env=env, check=True, timeout=30)
-    seen = json.loads(record.read_text())
-    assert seen["argv"] == argv[1:]
-    assert not any(secret in arg for arg in seen["argv"])
-    assert seen["env"]["CLIPFLOW_PS_SECRET"] == secret
-    assert seen["env"]["DMLC_ROLE"] == "worker"
+def test_the_slurm_launcher_without_srun_on_path_is_refused_before_any_role_starts(tmp_path: Path):
+    bare = tmp_path / "bin"  # a PATH with this Python and no Slurm commands
+    bare.mkdir()
+    (bare / "python").symlink_to(sys.executable)
+    env = {**python_env(), **slurm_env(SLURM_JOB_NODELIST="n1", PATH=str(bare)), "CLIPFLOW_NO_PROGRESS": "1"}
+    argv = [sys.executable, "-m", "clipflow", "launch", "--launcher", "slurm", "-n", "1", "--log-dir", str(tmp_path)]
+    done = subprocess.run([*argv, "--", "true"], env=env, capture_output=True, text=True, timeout=60)
+    assert_refused(done, "needs srun, which is not on PATH", "slurm-client", "--launcher ssh")
+    assert not list(tmp_path.glob("*.log"))  # no role was started

@@ -286,17 +286,33 @@ def check_security(plan: Plan, environ: Mapping[str, str] | None = None) -> None
 def plan_hosts(hosts_file: str, hosts: str, launcher: str = "", environ: Mapping[str, str] = os.environ) -> list[Host]:
     """The hosts a command names: the hosts file, else ``hosts`` (comma-separated), else localhost for the local
     launcher or the allocation's nodes for the Slurm one."""
+    if launcher == "slurm":
+        return slurm_hosts(hosts_file, hosts, environ)
     if hosts_file:
         return read_hosts_file(hosts_file)
     if hosts:
         return hosts_from_config([h.strip() for h in hosts.split(",") if h.strip()])
     if launcher == "local":
         return hosts_from_config(["localhost"])
-    if launcher == "slurm":
-        from clipflow.cluster.slurm import allocation_from_env
-
-        return [Host(node) for node in allocation_from_env(environ).nodes]
     raise ClipflowError("no hosts: give --hosts-file FILE or --hosts a,b,c")
+
+
+def slurm_hosts(hosts_file: str, hosts: str, environ: Mapping[str, str]) -> list[Host]:
+    """The slurm launcher's hosts: the allocation's nodes, or the named ones, which must belong to the allocation
+    when the plan is made inside one. A hosts file is refused: the allocation decides the nodes."""
+    from clipflow.cluster.slurm import allocation_from_env, check_nodes_in_allocation
+
+    if hosts_file:
+        raise ClipflowError(
+            f"a hosts file ({hosts_file}) was given with the slurm launcher, whose nodes are the Slurm allocation's: "
+            "drop the hosts file (--hosts-file, -H, cluster.hosts_file), or use the ssh launcher to run on its hosts"
+        )
+    named = [h.strip() for h in hosts.split(",") if h.strip()]
+    if not named:
+        return [Host(node) for node in allocation_from_env(environ).nodes]
+    if environ.get("SLURM_JOB_ID", "").strip():
+        check_nodes_in_allocation([parse_host(h, "--hosts").host for h in named], allocation_from_env(environ))
+    return hosts_from_config(named)
 
 
 def ssh_fields(launcher: str, settings: SshSettings, python: str, workdir: str) -> dict[str, str]:

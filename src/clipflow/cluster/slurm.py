@@ -10,15 +10,18 @@ the environment: the launcher sets them in the environment of the ``srun`` proce
 ``--export=ALL`` carries them to the task. They are never put on the srun command line, where
 ``ps``, ``squeue`` and Slurm's accounting would show them to every user of the cluster.
 
-This module only builds the node list, the commands and reads the environment; it talks to no
-Slurm controller.
+Before any step starts, :func:`check_slurm_launch` makes sure ``srun`` is there, the launcher runs inside an
+allocation, and every node the plan names belongs to it. This module builds the node list and the commands and
+reads the environment; it talks to no Slurm controller itself.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import re
-from collections.abc import Mapping, Sequence
+import shutil
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -61,6 +64,32 @@ def allocation_from_env(env: Mapping[str, str]) -> SlurmAllocation:
     if not job_id:
         raise ClipflowError(NOT_IN_ALLOCATION)
     return SlurmAllocation(job_id=job_id, nodes=_nodes_from_env(env, job_id), cpus_per_node=_cpus_from_env(env))
+
+
+def check_slurm_launch(nodes: Iterable[str], environ: Mapping[str, str] = os.environ) -> SlurmAllocation:
+    """Refuses, naming what is wrong, a slurm launch that could not start its steps: ``srun`` missing, no
+    allocation, or a node of the plan (``nodes``) outside the allocation. Returns the allocation."""
+    if shutil.which("srun", path=environ.get("PATH")) is None:
+        raise ClipflowError(
+            "the slurm launcher needs srun, which is not on PATH here: run it on a node of the Slurm cluster, with "
+            "Slurm's commands on PATH (Debian: slurm-client), or use --launcher ssh"
+        )
+    allocation = allocation_from_env(environ)
+    check_nodes_in_allocation(nodes, allocation)
+    return allocation
+
+
+def check_nodes_in_allocation(nodes: Iterable[str], allocation: SlurmAllocation) -> None:
+    """Every node named must be one of the allocation's: else one line with the nodes outside and the way out."""
+    wanted = list(dict.fromkeys(nodes))
+    outside = [node for node in wanted if node not in allocation.nodes]
+    if outside:
+        raise ClipflowError(
+            f"{len(wanted)} nodes planned ({', '.join(wanted)}) but Slurm job {allocation.job_id} has "
+            f"{len(allocation.nodes)} ({', '.join(allocation.nodes)}); {', '.join(outside)} "
+            f"{'is' if len(outside) == 1 else 'are'} not in it: ask for them (sbatch --nodes={len(wanted)}), or "
+            "plan on the allocation's own nodes (no --hosts)"
+        )
 
 
 def srun_argv(node: str, argv: Sequence[str], job_name: str = "clipflow") -> list[str]:

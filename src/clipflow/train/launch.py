@@ -16,8 +16,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from clipflow.cluster.hostsfile import Host
+from clipflow.cluster.hostsfile import Host, parse_host
 from clipflow.cluster.plan import Plan, Role, check_ports, check_security, make_plan, ssh_fields
+from clipflow.cluster.slurm import check_slurm_launch
 from clipflow.cluster.ssh import SshSettings
 from clipflow.cluster.staged import Staged, read_staged
 from clipflow.cluster.sync import sync_host
@@ -63,11 +64,19 @@ def launch_workers(plan: Plan, command: Command, backend: str, log_dir: str, gra
     return run_workers(plan, command, backend, log_dir, grace, host_logs, workdir, stop_grace).code
 
 
+def check_launcher(plan: Plan) -> None:
+    """What the plan's launcher needs before any role starts; the slurm one: srun, an allocation holding the
+    plan's nodes (:func:`clipflow.cluster.slurm.check_slurm_launch`)."""
+    if plan.launcher == "slurm":
+        check_slurm_launch(parse_host(host, "the plan").host for host in plan.role_hosts())
+
+
 def run_workers(plan: Plan, command: Command, backend: str, log_dir: str, grace: float, host_logs: bool,
                 workdir: str = "", stop_grace: float | None = None) -> Ending:  # fmt: skip
     """:func:`launch_workers`, telling how the launch ended (:class:`clipflow.train.launcher.Ending`).
     ``stop_grace``: training workers, which stop on notice (SIGTERM or SIGUSR1 to the launcher) within that many
     seconds, resumable; None (evaluation): either signal stops everything at once."""
+    check_launcher(plan)
     if backend == "ps":
         check_security(plan)
     check_ports(plan)
@@ -247,6 +256,7 @@ def launch_program(config: LaunchConfig, command: Sequence[str]) -> int:
     plan = make_plan(config.launcher, config.hosts, config.num_workers, config.num_servers, config.port,
                      config.heartbeat_timeout, config.security, Path(config.log_dir) / "ps_keys", config.placement,
                      ssh)  # fmt: skip
+    check_launcher(plan)
     check_security(plan)
     check_ports(plan)
     if config.sync_dst_dir and config.launcher == "ssh":
