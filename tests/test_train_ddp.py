@@ -18,7 +18,7 @@ from clipflow.cluster.ports import free_port
 from clipflow.errors import ClipflowError
 from clipflow.train.comm import DDPConfig, lost_peer, timed_out
 from clipflow.train.device import worker_device
-from clipflow.train.interface import choose_gloo_interface, interface_with_address
+from clipflow.train.interface import choose_interface, interface_with_address
 from clipflow.train.roles import role_commands
 
 
@@ -140,18 +140,21 @@ def test_a_ddp_worker_with_a_missing_or_bad_variable_says_which(tmp_path, env_ex
     assert done.returncode == 2 and message in done.stderr, done.stderr
 
 
-def test_gloo_is_told_the_interface_of_the_worker_address_unless_the_user_chose_one():
+@pytest.mark.parametrize(("transport", "variable"), [("gloo", "GLOO_SOCKET_IFNAME"), ("nccl", "NCCL_SOCKET_IFNAME")])
+def test_gloo_and_nccl_are_told_the_interface_of_the_worker_address_unless_the_user_chose_one(transport, variable):
     """Gloo otherwise binds where the host name resolves, loopback on many hosts (and on the network-namespace
-    hosts, where evaluation across hosts failed with 'Connection refused' before this)."""
+    hosts, where evaluation across hosts failed with 'Connection refused' before this); NCCL takes the first
+    interface that is not loopback, maybe one the other hosts cannot reach. The same choice names each one's
+    variable."""
     assert interface_with_address("127.0.0.1") == "lo" and interface_with_address("localhost") == "lo"
     assert interface_with_address("192.0.2.77") is None  # TEST-NET-1: on no interface here
     assert interface_with_address("no-such-host.invalid") is None
     env = {"CLIPFLOW_NODE_ADDRESS": "127.0.0.1"}
-    assert choose_gloo_interface(env) == "lo" and env["GLOO_SOCKET_IFNAME"] == "lo"
-    mine = {"CLIPFLOW_NODE_ADDRESS": "127.0.0.1", "GLOO_SOCKET_IFNAME": "eth7"}
-    assert choose_gloo_interface(mine) == "eth7" and mine["GLOO_SOCKET_IFNAME"] == "eth7"
+    assert choose_interface(env, transport) == "lo" and env == {"CLIPFLOW_NODE_ADDRESS": "127.0.0.1", variable: "lo"}
+    mine = {"CLIPFLOW_NODE_ADDRESS": "127.0.0.1", variable: "eth7"}
+    assert choose_interface(mine, transport) == "eth7" and mine[variable] == "eth7"
     unknown = {"CLIPFLOW_NODE_ADDRESS": "192.0.2.77"}
-    assert choose_gloo_interface(unknown) is None and "GLOO_SOCKET_IFNAME" not in unknown
+    assert choose_interface(unknown, transport) is None and variable not in unknown
 
 
 def test_a_collective_or_rendezvous_past_its_timeout_is_a_communication_failure():

@@ -198,7 +198,7 @@ VARIABLES = (
              "workers the launcher placed on this worker's host",
              lambda env, name: int_var(env, name, "an integer >= 1", low=1, default=1)),
     Variable("CLIPFLOW_NODE_ADDRESS", "node_address", "", "launcher",
-             "this worker's address in the plan (gloo's interface is the one holding it)",
+             "this worker's address in the plan (gloo's or NCCL's interface is the one holding it)",
              lambda env, name: optional_var(env, name)),
     Variable("CLIPFLOW_HOST_LOG", "host_log", "", "launcher",
              "the log a role keeps on its own host, for `clipflow collect`", _path),

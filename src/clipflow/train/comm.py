@@ -34,7 +34,7 @@ from clipflow.environment import int_var, read_env, required_var
 from clipflow.errors import ClipflowError, CommError
 from clipflow.ps.exitcodes import ABORTED
 from clipflow.train.buckets import WdMult
-from clipflow.train.interface import choose_gloo_interface
+from clipflow.train.interface import choose_interface
 from clipflow.train.job import PSSettings
 
 
@@ -140,8 +140,7 @@ class DDPComm:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         self.transport = "nccl" if self.device.type == "cuda" else "gloo"
-        if self.transport == "gloo":
-            choose_gloo_interface(os.environ)  # read by gloo when the group is made
+        choose_interface(os.environ, self.transport)  # read by gloo or NCCL when the group is made
         dist.init_process_group(
             self.transport,
             init_method=f"tcp://{_host_port(config.master_addr, config.master_port)}",

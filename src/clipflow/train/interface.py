@@ -1,10 +1,12 @@
-"""Which network interface of this host holds an address: gloo binds to the interface it is told.
+"""Which network interface of this host holds an address: gloo and NCCL bind to the interface they are told.
 
 Gloo picks its interface from the host name; where that resolves to a loopback address (a common
 /etc/hosts line, and the network-namespace hosts of the tests), every peer is told to connect to
-127.0.0.1 and the job fails with "Connection refused". The launcher knows each worker's address
-(the plan's), so the worker names the interface holding it (``GLOO_SOCKET_IFNAME``) unless the
-user set one.
+127.0.0.1 and the job fails with "Connection refused". NCCL's own choice (the first interface that is
+not loopback or docker, InfiniBand first) can be a management network the other hosts cannot reach,
+or one another host names differently. The launcher knows each worker's address (the plan's: an
+address, or a node name that resolves on the host), so the worker names the interface holding it,
+``GLOO_SOCKET_IFNAME`` or ``NCCL_SOCKET_IFNAME`` by its transport, unless the user set one.
 """
 
 from __future__ import annotations
@@ -37,13 +39,18 @@ def interface_with_address(address: str) -> str | None:
     return None
 
 
-def choose_gloo_interface(environ: MutableMapping[str, str]) -> str | None:
-    """Sets GLOO_SOCKET_IFNAME to the interface of this worker's plan address when the user has not set it;
-    returns the interface gloo will use by name (None: gloo's own choice)."""
-    if environ.get("GLOO_SOCKET_IFNAME"):
-        return environ["GLOO_SOCKET_IFNAME"]
+INTERFACE_VARIABLE = {"gloo": "GLOO_SOCKET_IFNAME", "nccl": "NCCL_SOCKET_IFNAME"}
+
+
+def choose_interface(environ: MutableMapping[str, str], transport: str) -> str | None:
+    """Sets the ``transport``'s variable (gloo or nccl: :data:`INTERFACE_VARIABLE`) to the interface of this
+    worker's plan address when the user has not set it; returns the interface it will use by name (None: the
+    library's own choice)."""
+    variable = INTERFACE_VARIABLE[transport]
+    if environ.get(variable):
+        return environ[variable]
     address = read_env(environ).node_address
     name = interface_with_address(address) if address else None
     if name:
-        environ["GLOO_SOCKET_IFNAME"] = name
+        environ[variable] = name
     return name
