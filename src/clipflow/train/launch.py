@@ -252,10 +252,10 @@ def launch_program(config: LaunchConfig, command: Sequence[str]) -> int:
     """MXNet launch.py's job: a scheduler, the servers and the workers running ``command``, the same logs,
     teardown and exit code. Without ``config.mxnet`` the scheduler and servers are clipflow's own (a program
     using :mod:`clipflow.ps`); with it they run ``command`` too, with DMLC_ROLE scheduler or server, as ps-lite
-    (MXNet's kvstore) needs, without CURVE (:func:`launch_security`). With the local launcher, a program that cannot be started (not found, not
-    executable) is a ClipflowError before any role starts. SIGUSR1 to the launcher is passed on to the workers'
-    programs, which get ``config.grace`` seconds to exit before everything is stopped; SIGTERM and SIGINT stop
-    everything at once."""
+    (MXNet's kvstore) needs, without CURVE (:func:`launch_security`). With the local launcher, a program that
+    cannot be started (not found, not executable) is a ClipflowError before any role starts. SIGUSR1 to the
+    launcher is passed on to the workers' programs, which get ``config.grace`` seconds to exit before everything
+    is stopped; SIGTERM and SIGINT stop everything at once."""
     if not command:
         raise ClipflowError("no command to launch: clipflow launch -n 2 -H hosts -- python train.py ...")
     if config.launcher == "local":  # on other hosts the program is theirs to find (remote_exec, srun say so)
