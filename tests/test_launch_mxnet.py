@@ -149,3 +149,37 @@ def test_mxnet_beyond_loopback_needs_the_insecure_setting(tmp_path: Path) -> Non
             "--log-dir", str(tmp_path / "logs"), "--", "python", "job.py"]  # fmt: skip
     done = clipflow(*args)
     assert_refused(done, "--mxnet (ps-lite", "10.250.0.7", "CLIPFLOW_PS_INSECURE=1")
+
+
+def test_the_shared_check_ends_a_starting_role_on_a_real_ps_lite_peer_and_only_drops_it_once_the_job_runs(
+    mx_python: Path,
+) -> None:
+    """The one check the scheduler and the servers share (:meth:`Channel.reject_malformed`), on a ROUTER here
+    that a real MXNet worker (DMLC_ROLE=worker) connects to as to its scheduler."""
+    import zmq
+
+    from clipflow.ps.log import Log
+    from clipflow.ps.transport import INVALID_OP, Channel, ForeignPeer
+
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    port = sock.bind_to_random_port("tcp://127.0.0.1")
+    env = {**python_env(), "DMLC_ROLE": "worker", "DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": str(port),
+           "DMLC_NUM_SERVER": "1", "DMLC_NUM_WORKER": "1", "DMLC_NODE_HOST": "127.0.0.1"}  # fmt: skip
+    worker = subprocess.Popen([str(mx_python), str(JOB)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        channel = Channel(sock, Log("test", 0), "router")
+        got = channel.recv(120)
+        assert got is not None, "the MXNet worker sent nothing"
+        peer, msg = got
+        assert msg.op == INVALID_OP and "ps-lite worker at 127.0.0.1:" in msg.get("foreign"), msg
+        with pytest.raises(ForeignPeer) as info:
+            channel.reject_malformed(peer, msg, starting=True)
+        assert re.search(r"^a peer at 127\.0\.0\.1:\d+ .*looks like ps-lite.*clipflow launch --mxnet", str(info.value))
+        channel.reject_malformed(peer, msg, starting=False)  # once the job runs: dropped and counted, no end
+        assert channel.drops.count == 1
+    finally:
+        worker.kill()
+        worker.wait()
+        sock.close(linger=0)
+        ctx.term()
