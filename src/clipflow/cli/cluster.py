@@ -96,6 +96,7 @@ def config_from_args(a: argparse.Namespace):
         env=env_pairs(a.env),
         log_dir=a.log_dir,
         grace=a.grace,
+        mxnet=a.mxnet,
     )
 
 
@@ -181,6 +182,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--python", default="", help="ssh: the Python on the hosts (default: this one)")
     p.add_argument("--log-dir", default="logs/launch")
     p.add_argument("--grace", type=at_least_zero, default=10.0, help="seconds between SIGTERM and SIGKILL")
+    p.add_argument(
+        "--mxnet",
+        action="store_true",
+        help="run the command as the scheduler and the servers too, with DMLC_ROLE=scheduler or server, as MXNet's "
+        "tools/launch.py does: for MXNet and GluonCV scripts (kvstore dist_sync/dist_async, which speak ps-lite). "
+        "Named for the scripts it serves rather than for what it does, since that is what their users look for. "
+        "Without it the scheduler and servers are clipflow's own. ps-lite traffic is not encrypted: beyond "
+        "loopback it needs CLIPFLOW_PS_INSECURE=1",
+    )
     ssh_args(p)
     p.add_argument("command", nargs=argparse.REMAINDER, help="the workers' command")
     p.set_defaults(func=cmd_launch)

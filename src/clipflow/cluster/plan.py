@@ -266,18 +266,23 @@ def insecure_addresses(plan: Plan) -> list[str]:
     return sorted({a for a in (plan.root_uri, *(r.address for r in plan.roles)) if not is_loopback(a)})
 
 
-def check_security(plan: Plan, environ: Mapping[str, str] | None = None) -> None:
+SECURITY_NONE = "cluster.security (--security) is none"
+SECURITY_FIX = "Use cluster.security (--security) auto or curve (the plan then makes the job's keys)"
+
+
+def check_security(plan: Plan, environ: Mapping[str, str] | None = None, setting: str = SECURITY_NONE,
+                   fix: str = SECURITY_FIX) -> None:  # fmt: skip
     """``cluster.security: none`` with roles beyond loopback needs CLIPFLOW_PS_INSECURE=1 in ``environ`` (default:
-    this process's environment), and then prints a warning; otherwise it is refused, naming the risk."""
+    this process's environment), and then prints a warning; otherwise it is refused, naming the risk.
+    ``setting``: what made the plan insecure, and ``fix``: the way out (`clipflow launch --mxnet` has its own)."""
     exposed = insecure_addresses(plan)
     if not exposed:
         return
     where = f"the plan's addresses {', '.join(exposed)}" if len(exposed) > 1 else f"the plan's address {exposed[0]}"
     if not read_env(environ).ps_insecure:
-        fix = "Use cluster.security (--security) auto or curve (the plan then makes the job's keys)"
-        raise ClipflowError(insecure_refusal("cluster.security (--security) is none", where, fix))
+        raise ClipflowError(insecure_refusal(setting, where, fix))
     print(
-        f"clipflow: warning: cluster.security (--security) is none with {where}, beyond loopback, allowed by "
+        f"clipflow: warning: {setting} with {where}, beyond loopback, allowed by "
         "CLIPFLOW_PS_INSECURE=1: parameter-server messages are neither encrypted nor authenticated",
         file=sys.stderr,
     )

@@ -23,7 +23,9 @@ role, a bad port...), or any other message from a socket that is no member's (a 
 DONE) is dropped and logged with the sender's address (:meth:`Channel.reject`). A well-formed
 REGISTER that conflicts with the others (a rank asked twice, one node too many) is a
 misconfigured job while it starts, and ends it as before; once the job runs, the newcomer is
-refused (told with ABORT) and the job goes on. Without security, any local process can still
+refused (told with ABORT) and the job goes on. Likewise a peer that does not speak this protocol at all
+(an MXNet worker's ps-lite, say) ends the job while it starts, named with its address, and is dropped once it
+runs (:meth:`Channel.reject_malformed`). Without security, any local process can still
 register during startup as one of the nodes: that is what CURVE is for.
 """
 
@@ -40,7 +42,7 @@ from clipflow.ps.node import Registration, ServerAddress, Welcome, ctrl_identity
 from clipflow.ps.registry import Node, Registry, RegistryError
 from clipflow.ps.security import insecure_warning, keys_for, start_authenticator, stop_authenticator
 from clipflow.ps.signals import Terminated, sigterm_raises
-from clipflow.ps.transport import INVALID_OP, Channel, bind, make_context, make_socket
+from clipflow.ps.transport import INVALID_OP, Channel, ForeignPeer, bind, make_context, make_socket
 from clipflow.ps.wire import Message, Op, WireError, shown
 
 POLL_S = 0.05
@@ -100,14 +102,14 @@ class Scheduler:
                         self.channel.drops.summary()
                         return 0
                 self._check_liveness(now, deadline)
-        except (_Abort, Terminated, KeyboardInterrupt) as exc:
+        except (_Abort, ForeignPeer, Terminated, KeyboardInterrupt) as exc:
             also = exc.also if isinstance(exc, _Abort) else None
-            reason = str(exc) if isinstance(exc, _Abort) else f"the {self.name} was {_how(exc)}"
+            reason = str(exc) if isinstance(exc, (_Abort, ForeignPeer)) else f"the {self.name} was {_how(exc)}"
             uids = [node.uid for node in self.registry.nodes()] + ([also] if also else [])
             for uid in uids:
                 self.channel.try_send(Message(Op.ABORT, {"reason": reason}), hb_identity(uid))
             print_abort(reason)
-            return ABORTED
+            return ForeignPeer.exit_status if isinstance(exc, ForeignPeer) else ABORTED  # the cause, not an echo
 
     @property
     def name(self) -> str:
@@ -164,8 +166,8 @@ class Scheduler:
         return False
 
     def _malformed(self, peer: bytes, node: Node | None, msg: Message) -> None:
-        if node is None:
-            self.channel.reject(peer, msg, str(msg.get("reason")))
+        if node is None:  # while the job starts, a peer of another protocol ends it (a script for MXNet's launch.py)
+            self.channel.reject_malformed(peer, msg, starting=not self.registry.ranked)
         else:
             self.log.error(f"{node.describe()} sent a {msg.get('reason')}")
 

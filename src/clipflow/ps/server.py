@@ -9,7 +9,8 @@ Workers on the same machine may pass their arrays through shared memory
 
 The scheduler's WELCOME names the job's workers: a message from any other socket, and a
 malformed one, is dropped and logged with its sender's address (:meth:`Channel.reject`),
-never answered, never applied.
+never answered, never applied; but until every worker of the job was heard from, a peer that does not speak
+this protocol at all (an MXNet worker's ps-lite) ends the job naming it (:meth:`Channel.reject_malformed`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from clipflow.ps.reliable import Dedup
 from clipflow.ps.shm import ServerRegions
 from clipflow.ps.signals import Terminated, sigterm_raises
 from clipflow.ps.store import KeyValueStore, Reply, Updater
-from clipflow.ps.transport import INVALID_OP, Channel, Dropper, bind_random, drop_seed, make_socket
+from clipflow.ps.transport import INVALID_OP, Channel, Dropper, ForeignPeer, bind_random, drop_seed, make_socket
 from clipflow.ps.wire import Message, Op, WireError
 
 POLL_MS = 100
@@ -55,6 +56,10 @@ def run_server(cfg: PSConfig, updater: Updater | None = None) -> int:
         link.fail(str(exc))
         print_abort(f"{log.who} {exc}")
         return 128 + signal.SIGTERM
+    except ForeignPeer as exc:  # the scheduler ends the others; this server is the cause
+        link.fail(str(exc))
+        print_abort(f"{log.who}: {exc}")
+        return ForeignPeer.exit_status
     except BaseException as exc:
         link.fail(f"{type(exc).__name__}: {exc}")
         raise
@@ -91,8 +96,8 @@ class Data:
 
     def _admit(self, peer: bytes, msg: Message) -> bool:
         """Whether ``msg`` is a request of one of the job's workers; else it is dropped and logged."""
-        if msg.op == INVALID_OP:
-            self.channel.reject(peer, msg, str(msg.get("reason")))
+        if msg.op == INVALID_OP:  # until each of its workers was heard, a peer of another protocol ends the job
+            self.channel.reject_malformed(peer, msg, starting=len(self.seen) < len(self.workers))
             return False
         rank = self.workers.get(peer)
         if rank is None:

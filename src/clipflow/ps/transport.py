@@ -30,13 +30,23 @@ from dataclasses import dataclass
 
 import zmq
 
-from clipflow.errors import ClipflowError
+from clipflow.errors import ClipflowError, CommError
 from clipflow.ps.env import is_loopback
+from clipflow.ps.foreign import ps_lite_join
 from clipflow.ps.log import DropLog, Log
 from clipflow.ps.security import Keys, apply
 from clipflow.ps.wire import Message, WireError, decode, encode, shown
 
 INVALID_OP = "_invalid"
+MXNET_FIX = (
+    "an MXNet or other ps-lite script needs its own scheduler and servers: run it with "
+    "`clipflow launch --mxnet -n <workers> -s <servers> -- <command>`"
+)
+
+
+class ForeignPeer(CommError):
+    """A peer that does not speak clipflow's protocol reached a role while the job starts: the one line that
+    names it (its address, what it looks like) and what to do."""
 
 
 IO_THREADS = 2  # a worker talks to several servers at once
@@ -265,7 +275,7 @@ class Channel:
         try:
             msg = decode(frames)
         except WireError as exc:
-            msg = Message(INVALID_OP, {"reason": f"malformed message: {exc}"})
+            msg = Message(INVALID_OP, {"reason": f"malformed message: {exc}", "foreign": foreign_protocol(frames)})
         msg.origin = received[0]  # any frame of a message tells its sender's address
         self.log.trace(f"{self.name} <- {_peer_name(peer)}: {msg.describe()}")
         return peer, msg
@@ -276,9 +286,33 @@ class Channel:
         what = "a message" if msg.op == INVALID_OP else f"a {msg.op}"
         self.drops.drop(sender.host, f"dropped {what} from {sender}: {why}")
 
+    def reject_malformed(self, peer: bytes | None, msg: Message, starting: bool) -> None:
+        """A malformed message (``_invalid``) from a sender outside the job: while the job ``starting``, one that
+        is not clipflow's protocol at all ends this role (:class:`ForeignPeer`, naming the sender, whether it
+        looks like ps-lite, and what to do); otherwise it is dropped and logged (:meth:`reject`), as a stranger
+        must not end a running job. The one check the scheduler and the servers share."""
+        foreign = msg.get("foreign")
+        if foreign and starting:
+            sender = sender_of(peer, msg)
+            raise ForeignPeer(f"a peer at {sender} does not speak clipflow's parameter-server protocol: {foreign}; "
+                              f"{MXNET_FIX}")  # fmt: skip
+        self.reject(peer, msg, f"{msg.get('reason')}" + (f" ({foreign})" if foreign else ""))
+
     def close(self, linger_s: float = 0.0) -> None:
         """Close; with ``linger_s`` > 0 give queued messages that long to leave."""
         self.sock.close(linger=int(linger_s * 1000))
+
+
+def foreign_protocol(frames: list[zmq.Frame] | list[bytes]) -> str:
+    """Why ``frames`` (a message that did not decode) are not clipflow's protocol at all, or "" when they may be
+    a broken message of it (its first frame starts a JSON object)."""
+    first = bytes(frames[0]) if frames else b""
+    if not first or first.lstrip()[:1] == b"{":
+        return ""
+    join = ps_lite_join(first)
+    if join:
+        return f"it looks like ps-lite (MXNet's kvstore), {join}"
+    return "its first frame is not a JSON object"
 
 
 def _peer_name(peer: bytes | None) -> str:

@@ -237,14 +237,34 @@ class LaunchConfig:
     env: Mapping[str, str] | None = None
     log_dir: str = "logs/launch"
     grace: float = 10.0
+    mxnet: bool = False  # the scheduler and servers run the command too (ps-lite's roles), not clipflow's own
+
+
+MXNET_SECURITY = "--mxnet (ps-lite, whose traffic clipflow cannot encrypt)"
+MXNET_FIX = "Keep such a job on loopback or a network you trust"
+
+
+def launch_security(config: LaunchConfig) -> str:
+    """The plan's security: as given, or with --mxnet none (ps-lite has no CURVE); --mxnet with --security curve
+    is a ClipflowError."""
+    if not config.mxnet:
+        return config.security
+    if config.security == "curve":
+        raise ClipflowError(
+            "--mxnet with --security curve: ps-lite (MXNet's kvstore) cannot encrypt its traffic; leave --security "
+            "out (auto) or give none, and keep the job on loopback or, with CLIPFLOW_PS_INSECURE=1, a trusted network"
+        )
+    return "none"
 
 
 def launch_program(config: LaunchConfig, command: Sequence[str]) -> int:
     """MXNet launch.py's job: a scheduler, the servers and the workers running ``command``, the same logs,
-    teardown and exit code. With the local launcher, a program that cannot be started (not found, not
-    executable) is a ClipflowError before any role starts. SIGUSR1 to the launcher is passed on to the workers'
-    programs, which get ``config.grace`` seconds to exit before everything is stopped; SIGTERM and SIGINT stop
-    everything at once."""
+    teardown and exit code. Without ``config.mxnet`` the scheduler and servers are clipflow's own (a program
+    using :mod:`clipflow.ps`); with it they run ``command`` too, with DMLC_ROLE scheduler or server, as ps-lite
+    (MXNet's kvstore) needs, without CURVE (:func:`launch_security`). With the local launcher, a program that
+    cannot be started (not found, not executable) is a ClipflowError before any role starts. SIGUSR1 to the
+    launcher is passed on to the workers' programs, which get ``config.grace`` seconds to exit before everything
+    is stopped; SIGTERM and SIGINT stop everything at once."""
     if not command:
         raise ClipflowError("no command to launch: clipflow launch -n 2 -H hosts -- python train.py ...")
     if config.launcher == "local":  # on other hosts the program is theirs to find (remote_exec, srun say so)
@@ -254,14 +274,17 @@ def launch_program(config: LaunchConfig, command: Sequence[str]) -> int:
             raise ClipflowError(f"cannot launch {command[0]}: {problem}; no role was started")
     ssh = ssh_fields(config.launcher, config.ssh, config.python, config.sync_dst_dir)
     plan = make_plan(config.launcher, config.hosts, config.num_workers, config.num_servers, config.port,
-                     config.heartbeat_timeout, config.security, Path(config.log_dir) / "ps_keys", config.placement,
-                     ssh)  # fmt: skip
+                     config.heartbeat_timeout, launch_security(config), Path(config.log_dir) / "ps_keys",
+                     config.placement, ssh)  # fmt: skip
     check_launcher(plan)
-    check_security(plan)
+    if config.mxnet:
+        check_security(plan, setting=MXNET_SECURITY, fix=MXNET_FIX)
+    else:
+        check_security(plan)
     check_ports(plan)
     if config.sync_dst_dir and config.launcher == "ssh":
         for host in config.hosts:
             sync_host(Path.cwd(), host, config.sync_dst_dir, config.ssh)
-    commands = role_commands(plan, list(command), dict(config.env or {}))
+    commands = role_commands(plan, list(command), dict(config.env or {}), program_roles=config.mxnet)
     notice = NoticePolicy(signals=FORWARD_NOTICE, seconds=config.grace)
     return Launcher(commands, config.log_dir, grace_s=config.grace, notice=notice).run()

@@ -75,9 +75,12 @@ def role_commands(
     log_dir: str = "",
     workdir: str = "",
     hold_notice: bool = False,
+    program_roles: bool = False,
 ) -> list[RoleCommand]:
     """Workers run ``worker_argv`` (a full command line, or the function giving a worker's); with ``backend``
-    ps the scheduler and servers run `clipflow ps role`, with ddp there are none.
+    ps the scheduler and servers run `clipflow ps role`, with ddp there are none. ``program_roles``: the
+    scheduler and servers run ``worker_argv`` too, their DMLC_ROLE telling them apart, as MXNet's launch.py
+    starts a ps-lite job (`clipflow launch --mxnet`).
 
     ``extra_env`` (the launcher's ``--env K=V``) is added to every role's environment. With ``log_dir``
     (the launcher's), each role keeps its own log on its host (:func:`clipflow.host_log.host_log_path`).
@@ -108,6 +111,8 @@ def role_commands(
                 env[NAMES["fault_kill"]] = os.environ[NAMES["fault_kill"]]
             if os.environ.get(NAMES["sample_log"]):  # so does the tests' per-sample log
                 env[NAMES["sample_log"]] = os.environ[NAMES["sample_log"]]
+            argv = list(worker_argv(r) if callable(worker_argv) else worker_argv)
+        elif program_roles:
             argv = list(worker_argv(r) if callable(worker_argv) else worker_argv)
         else:
             argv = [python, "-m", "clipflow", "ps", "role"]
