@@ -156,3 +156,15 @@ def slurm(tmp_path_factory) -> Iterator:
 
     with slurm_cluster(tmp_path_factory.mktemp("slurm")) as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="session")
+def mx_python() -> Path:
+    """The Python of a virtual environment with MXNet 1.9.1 (tests/mxnet_env.py, built once and cached); skips,
+    saying why, only where it cannot be built."""
+    from mxnet_env import MxnetUnavailable, mxnet_python
+
+    try:
+        return mxnet_python()
+    except MxnetUnavailable as exc:
+        pytest.skip(f"no MXNet environment to run a real ps-lite job: {exc}")

@@ -17,20 +17,11 @@ from pathlib import Path
 
 import pytest
 from helpers import assert_refused, clipflow, python_env
-from mxnet_env import MxnetUnavailable, mxnet_python
 
 from clipflow.cluster.ports import free_port
 
 JOB = Path(__file__).parent / "data" / "mxnet_kvstore_job.py"
 TIMEOUT = 300
-
-
-@pytest.fixture(scope="session")
-def mx_python() -> Path:
-    try:
-        return mxnet_python()
-    except MxnetUnavailable as exc:
-        pytest.skip(f"no MXNet environment to run a real ps-lite job: {exc}")
 
 
 def launch_argv(mx_python: Path, tmp_path: Path, tag: str, *flags: str, rounds: int = 1) -> list[str]:

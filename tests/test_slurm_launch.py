@@ -5,6 +5,8 @@ everything on every node."""
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -14,6 +16,8 @@ from helpers import python_env
 from launch_helpers import TINY
 from netns_hosts import wait_until
 from slurm_helpers import refusal_in, role_pid, sbatch, three_splits, train_script, training_started
+
+from clipflow.cluster.ports import free_port
 
 pytestmark = [pytest.mark.hosts, pytest.mark.slurm]
 
@@ -91,4 +95,21 @@ def test_a_three_node_plan_launched_in_a_two_node_allocation_is_refused_before_a
     assert slurm.wait_job(job, 120)["ExitCode"] == "2:0"
     refusal_in((tmp_path / "job.out").read_text(), "n3 is not in it", "Slurm job")
     assert not (tmp_path / "logs").exists() or not list((tmp_path / "logs").glob("*.log"))
+    slurm.wait_quiet()
+
+
+def test_an_mxnet_job_runs_on_three_slurm_nodes_under_clipflow_launch(slurm, tmp_path, mx_python):
+    """MXNet's own ps-lite roles as srun steps: its traffic is not encrypted, so the nodes' addresses need
+    CLIPFLOW_PS_INSECURE=1, as for clipflow's own roles without security."""
+    job_py = Path(__file__).parent / "data" / "mxnet_kvstore_job.py"
+    launch = [sys.executable, "-m", "clipflow", "launch", "-n", "3", "-s", "2", "--launcher", "slurm", "--mxnet",
+              "--port", str(free_port()), "--log-dir", str(tmp_path / "logs"), "--", str(mx_python),
+              str(job_py)]  # fmt: skip
+    script = tmp_path / "mxnet.sbatch"
+    script.write_text(f"#!/bin/sh\nCLIPFLOW_PS_INSECURE=1 exec {' '.join(map(shlex.quote, launch))}\n")
+    info = slurm.wait_job(sbatch(slurm, script), 240)
+    out = (tmp_path / "job.out").read_text()
+    assert info["JobState"] == "COMPLETED", out
+    pulled = re.findall(r"^\[worker (\d) (n\d)\] mxnet worker \d of 3 round 0 pulled \[6.0\] expected 6$", out, re.M)
+    assert sorted(pulled) == [("0", "n1"), ("1", "n2"), ("2", "n3")], out
     slurm.wait_quiet()

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import socket
 import sys
 from collections.abc import Callable, Mapping, Sequence
 
@@ -32,6 +33,7 @@ from clipflow.cluster.remote_exec import request_line
 from clipflow.cluster.slurm import srun_argv
 from clipflow.cluster.ssh import ssh_argv
 from clipflow.environment import NAMES
+from clipflow.errors import ClipflowError
 from clipflow.host_log import host_log_path
 from clipflow.train.launcher import RoleCommand
 
@@ -65,6 +67,28 @@ def ddp_environment(plan: Plan, role: Role, local_size: int) -> dict[str, str]:
         "WORLD_SIZE": str(plan.num_workers),
         "LOCAL_WORLD_SIZE": str(local_size),
     }
+
+
+def ps_lite_addresses(env: Mapping[str, str], num_hosts: int) -> dict[str, str]:
+    """The scheduler's and the role's own address as IPv4 addresses, resolved here: ps-lite binds ZeroMQ to them,
+    and ZeroMQ takes addresses, not host names (Slurm plans name nodes). A name that does not resolve, or that
+    resolves to loopback while the job spans hosts, is refused naming it."""
+    resolved = {}
+    for name in ("DMLC_PS_ROOT_URI", "DMLC_NODE_HOST"):
+        host = env[name]
+        try:
+            address = socket.gethostbyname(host)
+        except OSError as exc:
+            raise ClipflowError(
+                f"{name}={host} does not resolve here ({exc}); MXNet's ps-lite needs an address"
+            ) from None
+        if num_hosts > 1 and address.startswith("127."):
+            raise ClipflowError(
+                f"{name}={host} resolves to {address} here, a loopback address the other hosts cannot reach: fix "
+                "that name's line in /etc/hosts, or name the hosts by address"
+            )
+        resolved[name] = address
+    return resolved
 
 
 def role_commands(
@@ -116,6 +140,8 @@ def role_commands(
             argv = list(worker_argv(r) if callable(worker_argv) else worker_argv)
         else:
             argv = [python, "-m", "clipflow", "ps", "role"]
+        if program_roles:
+            env.update(ps_lite_addresses(env, len(plan.role_hosts())))
         commands.append(_wrap(plan, r, argv, env, python, workdir, hold_notice and r.role == "worker"))
     return commands
 
