@@ -27,9 +27,12 @@ def test_the_tiny_recipe_trains_across_three_nodes_as_srun_steps(slurm, tmp_path
     job = sbatch(slurm, script)
     info = slurm.wait_job(job, 300)
     out = (tmp_path / "job.out").read_text()
-    print(out)
     assert info["JobState"] == "COMPLETED", out
-    assert (tmp_path / "model.pt").exists()
+    assert (tmp_path / "model.pt").exists() and (tmp_path / "metrics.jsonl").exists()
+    assert "[worker 0 n1] epoch 1/1 loss" in out, out  # each role's lines prefixed with its role, rank and node
+    roles = ["scheduler-0", *(f"{role}-{rank}" for role in ("server", "worker") for rank in range(3))]
+    assert sorted(p.stem for p in (tmp_path / "logs").glob("*.log")) == sorted(roles)
+    assert "final model" in (tmp_path / "logs" / "worker-0.log").read_text()
     slurm.wait_quiet()
 
 
@@ -51,7 +54,6 @@ def test_a_role_killed_on_one_node_ends_the_job_naming_node_role_and_rank(slurm,
     os.kill(pid, signal.SIGKILL)
     info = slurm.wait_job(job, 60)  # the heartbeat timeout is 10 s
     out = (tmp_path / "job.out").read_text()
-    print(out)
     assert info["JobState"] == "FAILED", out
     assert "server 1 on n2" in out, out
     assert "SIGKILL" in out or "exit code 137" in out, out
