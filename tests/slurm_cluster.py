@@ -140,7 +140,9 @@ class SlurmCluster:
                 "SlurmdUser=root",
                 "AuthType=auth/munge",
                 "CredType=cred/munge",
-                f"AuthInfo=socket={self._munge_socket}",
+                # cred_expire (default 120 s) is also how long a requeued job waits before it may start again:
+                # 30 s keeps the time-limit test's requeue short and still gives a step's launch ample time
+                f"AuthInfo=socket={self._munge_socket},cred_expire=30",
                 "MpiDefault=none",
                 "ProctrackType=proctrack/linuxproc",
                 "TaskPlugin=task/none",

@@ -48,6 +48,7 @@ rule train:
         checkpoints=f"{RESULTS}/checkpoints",
         logs=f"{LOGS}/train",
         staged=staged_args(),
+        on_notice=config["train"]["on_notice"],
         policy=" ".join(
             f"--{name.replace('_', '-')} {config['train'][name]}"
             for name in ("resume", "global_batch", "max_restarts", "min_workers", "stop_grace")
@@ -66,4 +67,4 @@ rule train:
         " --metrics-out {output.history:q} --val-list {input.val:q} --train-list {input.train_list:q}"
         " --backend {params.backend} --kvstore {params.kvstore} {params.on_servers} {params.policy}"
         " --compression {params.compression[type]} --compression-threshold {params.compression[threshold]}"
-        " --seed {params.seed} {params.tensorboard} {params.staged} 2>&1 | tee {log:q}"
+        " --seed {params.seed} --on-notice {params.on_notice} {params.tensorboard} {params.staged} 2>&1 | tee {log:q}"

@@ -75,7 +75,8 @@ def cmd_launch(a: argparse.Namespace) -> int:
 
     source = Path(a.job) if a.job else None
     local = HostRun.of(a.staged, a.host_dir)
-    code = launch_training(job_from_args(a), a.log_dir, a.grace, source, local)
+    on_notice = a.on_notice or config_defaults("train")["on_notice"]
+    code = launch_training(job_from_args(a), a.log_dir, a.grace, on_notice, source, local)
     if code == RESUMABLE:  # the launcher said where it stopped and that a rerun goes on from there
         return code
     return launched(code, "training", "rerun to resume from the last checkpoint")
@@ -140,6 +141,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(default: all of them)")  # fmt: skip
     p.add_argument("--stop-grace", type=positive, help="seconds to finish the step and checkpoint after SIGTERM or "
                    f"SIGUSR1 (default: {defaults['stop_grace']})")  # fmt: skip
+    p.add_argument("--on-notice", choices=["requeue", "exit"], help="after a stop on notice inside a Slurm batch "
+                   "job: requeue it (scontrol requeue) so that its next allocation resumes, or only exit 79 "
+                   f"(default: {defaults['on_notice']})")  # fmt: skip
     p.add_argument("--staged", default="", help="the staging stage's staged.json: with storage local the hosts "
                    "read the staged videos and keep the run's files in --host-dir")  # fmt: skip
     p.add_argument("--host-dir", default="", help="storage local: the run's folder on the hosts (~/: home)")

@@ -25,6 +25,7 @@ from clipflow.cluster.sync import sync_host
 from clipflow.data.listfile import read_list
 from clipflow.errors import ClipflowError
 from clipflow.files import check_output_dir, check_output_file
+from clipflow.ps.exitcodes import RESUMABLE
 from clipflow.recipe import check_span_in_lists
 from clipflow.train.job import JOB_FILE, TrainJob
 from clipflow.train.launcher import (
@@ -36,7 +37,8 @@ from clipflow.train.launcher import (
     RoleCommand,
     program_problem,
 )
-from clipflow.train.restarts import check_restart_inputs, run_with_restarts
+from clipflow.train.requeue import requeue_after_notice
+from clipflow.train.restarts import check_restart_inputs, newest_checkpoint, run_with_restarts
 from clipflow.train.resume_check import check_resume, job_facts, listed_iterations, set_aside
 from clipflow.train.roles import role_commands
 from clipflow.train.slots import Layout, decide
@@ -107,14 +109,15 @@ def check_outputs(job: TrainJob, log_dir: str, *, job_given: bool = False) -> No
         check_output_dir(job.paths.tensorboard, "--tensorboard")
 
 
-def launch_training(job: TrainJob, log_dir: str, grace: float, source: Path | None = None,
+def launch_training(job: TrainJob, log_dir: str, grace: float, on_notice: str, source: Path | None = None,
                     local: HostRun | None = None) -> int:  # fmt: skip
     """Writes ``job`` beside its checkpoints and runs its workers from that file; the launcher's exit code.
     ``source``: the file the job was read from (--job); when it is that very file (a user may have edited it),
     the workers start from it as it is, never from a rewritten copy. ``local``: the hosts have their own disks
     (:func:`launch_on_own_disks`). After a failure the run is relaunched as the job's policy allows
     (:mod:`clipflow.train.restarts`): a smaller membership runs a job of its own, written with its worker lists
-    in ``<checkpoint_root>/splits-<W>w/``."""
+    in ``<checkpoint_root>/splits-<W>w/``. ``on_notice`` (``train.on_notice``): after a stop on notice inside a
+    Slurm batch job, ``requeue`` asks Slurm to requeue it (:mod:`clipflow.train.requeue`), ``exit`` does not."""
     if job.paths.val_list is not None:
         read_list(job.paths.val_list)  # a missing or broken val list, named before anything starts
     job_given = source is not None and source.resolve() == job.file.resolve()
@@ -140,7 +143,11 @@ def launch_training(job: TrainJob, log_dir: str, grace: float, source: Path | No
             current.plan, command, current.backend, log_dir, grace, host_logs=True, stop_grace=current.policy.stop_grace
         )
 
-    return run_with_restarts(job, attempt)
+    started_from = newest_checkpoint(job.paths.checkpoint_root)
+    code = run_with_restarts(job, attempt)
+    if code == RESUMABLE and on_notice == "requeue":
+        requeue_after_notice(started_from, newest_checkpoint(job.paths.checkpoint_root), job.policy.resume)
+    return code
 
 
 def listed_iterations_of(job: TrainJob) -> int | None:

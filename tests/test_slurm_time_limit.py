@@ -1,0 +1,95 @@
+"""A training job whose Slurm time limit is shorter than its training, on the real cluster of
+tests/slurm_cluster.py: `sbatch --time=1 --signal=USR1@40 --requeue` (the 1-minute limit is Slurm's smallest).
+Slurm sends SIGUSR1 to every process of the job's steps (the roles) about 40 s before the limit; the workers finish
+their step, rank 0 checkpoints inside the epoch, all exit 79; the launcher then requeues the job
+(`train.on_notice: requeue`), and the next allocation of the same job id resumes from that checkpoint, as many times
+as it takes, ending with the weights of an unbroken run of the same job on the same nodes."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+from launch_helpers import TINY, scanned
+from slurm_helpers import sbatch, train_script
+
+from clipflow.data.listfile import write_list
+
+pytestmark = [pytest.mark.hosts, pytest.mark.slurm]
+
+# 3 workers x 4 videos listed 10 times, batch 2: 20 steps an epoch, 320 in all, about a minute here while the
+# unbroken run shares the cores; the notice comes 20-50 s into the job (the 60 s limit less 40 s, plus up to 30 s:
+# slurmctld looks at time limits every 30 s), so the first allocation is stopped and the second most often
+# finishes (a third one is taken as well). Dropout is drawn per worker and step, the same after a resume.
+REPEATS = 10
+RECIPE = {**TINY, "model": {"dropout": 0.5}, "train": {**TINY["train"], "epochs": 16, "save_every_iters": 0}}
+ALLOCATION = "clipflow test: allocation"
+STOPPED = re.compile(r"stopped on notice at epoch (\d+) iteration (\d+); checkpoint ([^;\s]+)")
+
+
+def announced(script):
+    """The batch script, saying first which allocation of the job runs it (Slurm counts requeues)."""
+    head, rest = script.read_text().split("\n", 1)
+    line = f'echo "{ALLOCATION} ${{SLURM_RESTART_COUNT:-0}} of job $SLURM_JOB_ID on $(hostname) at $(date +%s)"'
+    script.write_text(f"{head}\n{line}\n{rest}")
+    return script
+
+
+def repeated_splits(tmp_path, tiny_videos):
+    """worker0..2.lst: 4 of the tiny set's videos each, every one listed REPEATS times; their folder."""
+    entries, splits = scanned(tiny_videos), tmp_path / "splits"
+    for rank in range(3):
+        write_list(splits / f"worker{rank}.lst", entries[rank * 4 : (rank + 1) * 4] * REPEATS)
+    return splits
+
+
+def weights(folder) -> dict[str, torch.Tensor]:
+    return torch.load(folder / "model.pt", weights_only=False)["model"]
+
+
+def losses(folder) -> list[float]:
+    return [json.loads(line)["loss"] for line in (folder / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_a_job_past_its_time_limit_is_stopped_on_notice_requeued_and_ends_with_the_unbroken_weights(
+    slurm, tmp_path, tiny_videos
+):
+    splits = repeated_splits(tmp_path, tiny_videos)
+    whole, chain = tmp_path / "whole", tmp_path / "chain"
+    scripts = {}
+    for folder in (whole, chain):
+        folder.mkdir()
+        scripts[folder] = announced(train_script(folder, tiny_videos, splits, "--backend", "ddp", overrides=RECIPE))
+    threads = "--export=ALL,CLIPFLOW_TORCH_THREADS=1"  # two jobs share each node's two cores
+    unbroken = sbatch(slurm, scripts[whole], threads)  # no time limit (the partition has none)
+    limited = sbatch(slurm, scripts[chain], threads, "--time=1", "--signal=USR1@40", "--requeue", "--open-mode=append")
+    assert slurm.wait_job(unbroken, 400)["JobState"] == "COMPLETED", (whole / "job.out").read_text()
+    info = slurm.wait_job(limited, 600)
+    out = (chain / "job.out").read_text()
+    print(out)
+    assert info["JobState"] == "COMPLETED", out
+    allocations = out.split(ALLOCATION)[1:]
+    assert len(allocations) >= 2 and int(info["Restarts"]) == len(allocations) - 1, out
+    starts = []
+    for number, text in enumerate(allocations):
+        assert text.startswith(f" {number} of job {limited} "), out
+        starts.append(int(text.split(" at ", 1)[1].split()[0]))
+    print("allocations started at", [s - starts[0] for s in starts], "s")  # pytest -s: the requeue waits
+    for before, after in zip(allocations, allocations[1:], strict=False):
+        stop = STOPPED.search(before)  # the launcher's line (a worker says it too, the same)
+        assert stop is not None, before
+        epoch, iteration, path = stop.groups()
+        assert re.fullmatch(rf".*/epoch_{int(epoch):04d}_iter_{int(iteration):06d}\.pt", path), before
+        assert "exit 79: resumable" in before, before
+        assert f"clipflow launch: requeued Slurm job {limited} (requeue " in before, before
+        assert f"resumed from checkpoint {path} (epoch {epoch}, iteration {iteration}" in after, after
+    last = allocations[-1]
+    assert "stopped on notice" not in last and "not requeued" not in out, out
+    a, b = weights(whole), weights(chain)
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+    assert losses(chain) == losses(whole)
+    slurm.wait_quiet()
