@@ -44,11 +44,12 @@ def doubled_splits(tmp_path, tiny_videos):
 STOPPED = re.compile(r"stopped on notice at epoch (\d+) iteration (\d+); checkpoint (\S+); rerun the same command")
 
 
-def signalled_run(folder, tiny_videos, splits, signum, when, *extra: str):
+def signalled_run(folder, tiny_videos, splits, signum, when, *extra: str, plan_args=()):
     """A launch sent ``signum`` once a line of its output contains ``when``: its exit code, its output and the
     seconds from the signal to its exit."""
     argv, env = launch_command(folder, tiny_videos, splits, "--stop-grace", str(STOP_GRACE), *extra,
-                               overrides=RECIPE, env_extra={"CLIPFLOW_PROGRESS_S": "0.001"})  # fmt: skip
+                               overrides=RECIPE, env_extra={"CLIPFLOW_PROGRESS_S": "0.001"},
+                               plan_args=plan_args)  # fmt: skip
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines, sent_at = [], None
     try:
@@ -105,6 +106,30 @@ def test_sigusr1_mid_epoch_stops_resumable_and_the_rerun_ends_with_the_unbroken_
     history = [json.loads(line) for line in (stopped / "metrics.jsonl").read_text().splitlines()]
     reference = [json.loads(line) for line in (whole / "metrics.jsonl").read_text().splitlines()]
     assert [h["loss"] for h in history] == [r["loss"] for r in reference]
+
+
+def test_three_ddp_workers_resumed_inside_an_epoch_sum_their_gradients_as_the_unbroken_run(tmp_path, tiny_videos):
+    """3 workers (a sum of 3 rounds by the order it is added in, unlike one of 2): the resumed run's first step
+    sums its gradients in the buckets the unbroken run's step used (DDP used to put them all in one bucket for a
+    process's first step), so the losses and weights stay those of the unbroken run."""
+    entries, splits = scanned(tiny_videos), tmp_path / "splits"
+    for rank in range(3):  # 4 videos each, listed twice: 4 iterations an epoch
+        write_list(splits / f"worker{rank}.lst", entries[rank * 4 : (rank + 1) * 4] * 2)
+    three = ("--num-workers", "3")
+    whole = tmp_path / "whole"
+    done = launch(whole, tiny_videos, splits, "--backend", "ddp", overrides=RECIPE, plan_args=three)
+    assert done.returncode == 0, done.stdout + done.stderr
+    stopped = tmp_path / "stopped"
+    code, out, _ = signalled_run(stopped, tiny_videos, splits, signal.SIGUSR1, "] epoch 1/2:", "--backend", "ddp",
+                                 plan_args=three)  # fmt: skip
+    assert code == RESUMABLE and "stopped on notice at epoch 1 iteration" in out, out
+    resumed = launch(stopped, tiny_videos, splits, "--backend", "ddp", overrides=RECIPE, plan_args=three)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "(epoch 1, iteration " in resumed.stdout
+    history = [json.loads(line)["loss"] for line in (stopped / "metrics.jsonl").read_text().splitlines()]
+    reference = [json.loads(line)["loss"] for line in (whole / "metrics.jsonl").read_text().splitlines()]
+    assert history == reference
+    assert_equal_weights(final_weights(whole), final_weights(stopped))
 
 
 def test_sigterm_while_the_workers_start_stops_them_inside_epoch_1_and_the_rerun_ends_with_the_unbroken_weights(

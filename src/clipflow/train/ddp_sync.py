@@ -16,7 +16,9 @@ process rank 0's weights and buffers), with a communication hook that **sums** t
 gradient buckets instead of averaging them: the optimizer's ``rescale_grad`` (1 / world
 size) makes the mean, as on the parameter server, so both back ends run the same update on
 the same numbers. BatchNorm statistics stay each process's own (``forward_sync_buffers``
-off), as on the parameter server.
+off), as on the parameter server. The buckets stay the same from the first step to the last
+(``find_unused_parameters``): with 3 or more workers a sum's rounding depends on them, and a resumed run must
+sum as the unbroken one did.
 
 With ``clip_norm`` > 0 every process clips its own gradients to that L2 norm before the
 sum (GluonCV's ``--clip-grad``, as PSSync does it). That needs all local gradients first, so
@@ -93,8 +95,14 @@ class DDPSync:
             self.module: torch.nn.Module = model
         else:
             on_gpu = device is not None and device.type == "cuda"
+            # find_unused_parameters keeps DDP's buckets as made here for the whole process: without it DDP puts
+            # every gradient in one bucket for the process's first step and then regroups them by the order they
+            # came in. A sum over 3 or more workers rounds by where a value sits in its bucket (gloo's ring), so a
+            # run resumed inside an epoch (its first step in the one bucket) drifted from the unbroken run (that
+            # step already regrouped). The cost: one walk of the autograd graph and a small all-reduce per step.
             ddp = DistributedDataParallel(model, device_ids=[device] if on_gpu else None,
-                                          bucket_cap_mb=bucket_bytes / 2**20, **_NO_FORWARD_BUFFER_SYNC)  # fmt: skip
+                                          bucket_cap_mb=bucket_bytes / 2**20, find_unused_parameters=True,
+                                          **_NO_FORWARD_BUFFER_SYNC)  # fmt: skip
             ddp.register_comm_hook(None, _sum_hook)
             self.module = ddp
 
