@@ -15,6 +15,8 @@ rule evaluate:
         root=data_root,
         logs=f"{LOGS}/evaluate",
         staged=staged_args(),
+    resources:
+        **EVALUATE_RESOURCES,  # one Slurm job over the plan's nodes under workflow/profiles/slurm
     log:
         f"{LOGS}/evaluate.log",
     benchmark:

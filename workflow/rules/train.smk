@@ -53,6 +53,8 @@ rule train:
             for name in ("resume", "global_batch", "max_restarts", "min_workers", "stop_grace")
             if config["train"][name] is not None
         ),
+    resources:
+        **TRAIN_RESOURCES,  # one Slurm job over the plan's nodes under workflow/profiles/slurm
     log:
         f"{LOGS}/train.log",
     benchmark:

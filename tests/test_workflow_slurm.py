@@ -1,0 +1,117 @@
+"""The workflow through ``snakemake --profile workflow/profiles/slurm`` on the real Slurm cluster of
+tests/slurm_cluster.py (snakemake-executor-plugin-slurm): the data rules as single-node jobs, train and evaluate as
+one job each over the three nodes the plan names, the run ending with metrics.json and the report, nothing left on
+the cluster; the GPU request of a config whose nodes have GPUs, as Slurm records it; a partition the cluster does
+not have, refused before any job."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from config_helpers import assert_workflow_refused
+from helpers import copy_workflow
+from netns_hosts import wait_until
+from slurm_helpers import SLURM_PROFILE_ARGS, jobs_of_rule, slurm_env, snakemake_slurm
+from workflow_helpers import TINY
+
+from clipflow.cluster.ports import free_port
+
+pytestmark = [pytest.mark.workflow, pytest.mark.hosts, pytest.mark.slurm]
+
+
+def tiny_slurm_config(**slurm_settings) -> dict:
+    """The tiny synthetic run (1 epoch) planned on the three Slurm nodes: a worker and a server on each."""
+    overrides = {**TINY["overrides"], "train": {**TINY["overrides"]["train"], "epochs": 1}}
+    cluster = {"launcher": "slurm", "hosts": ["n1", "n2", "n3"], "num_workers": 3, "num_servers": 3,
+               "root_port": free_port(), "heartbeat_timeout": 10,
+               "slurm": {"cpus_per_task": 1, "time_limit": 20, **slurm_settings}}  # fmt: skip
+    return {**TINY, "overrides": overrides, "run": "tiny", "cluster": cluster}
+
+
+@pytest.fixture(scope="module")
+def slurm_run(slurm, tmp_path_factory) -> dict:
+    """One whole run on the cluster: its workdir, Snakemake's result and the train and evaluate jobs' records."""
+    work = copy_workflow(tmp_path_factory.mktemp("flow-slurm"))
+    (work / "tiny.yaml").write_text(json.dumps(tiny_slurm_config()))
+    done = snakemake_slurm(slurm, work, "train_slowfast")
+    return {"work": work, "done": done, "train": jobs_of_rule(slurm, "train"),
+            "evaluate": jobs_of_rule(slurm, "evaluate"), "splits": jobs_of_rule(slurm, "splits")}  # fmt: skip
+
+
+def test_the_slurm_profile_runs_the_workflow_to_its_metrics_and_report(slurm, slurm_run):
+    done, work = slurm_run["done"], slurm_run["work"]
+    assert done.returncode == 0, done.stdout + done.stderr + slurm.logs()
+    metrics = json.loads((work / "results/tiny/metrics.json").read_text())
+    assert metrics["num_videos"] == TINY["data"]["synthetic"]["num_val"] and metrics["workers"] == 3, metrics
+    assert (work / "results/tiny/report/report.html").stat().st_size > 0
+    # train and evaluate: one job each, over the three nodes, one task a node, the config's CPUs and time limit
+    for rule in ("train", "evaluate"):
+        jobs = slurm_run[rule]
+        assert len(jobs) == 1, (rule, jobs)
+        job = jobs[0]
+        assert job["JobState"] == "COMPLETED", job
+        assert (job["NumNodes"], job["NodeList"], job["NumTasks"]) == ("3", "n[1-3]", "3"), job
+        assert (job["CPUs/Task"], job["TimeLimit"]) == ("1", "00:20:00"), job
+    # the time limit's warning: on train (SIGUSR1 300 s before), not on evaluate
+    train_script = slurm.run(["scontrol", "show", "job", slurm_run["train"][0]["JobId"]]).stdout
+    assert "USR1@300" in train_script.replace(" ", ""), train_script
+    assert "USR1" not in slurm.run(["scontrol", "show", "job", slurm_run["evaluate"][0]["JobId"]]).stdout
+    # the roles ran as steps on every node: each worker's log names its own node
+    launcher_log = (work / "logs/tiny/train.log").read_text()
+    for rank, node in enumerate(("n1", "n2", "n3")):
+        assert f"worker {rank}" in launcher_log or f"worker{rank}" in launcher_log, launcher_log
+        assert node in launcher_log, launcher_log
+    # a data rule: a single-node job of its own
+    assert [j["NumNodes"] for j in slurm_run["splits"]] == ["1"], slurm_run["splits"]
+    slurm.wait_quiet()
+
+
+def test_gpus_per_node_is_asked_of_slurm_for_every_node_of_train(slurm, slurm_run, tmp_path):
+    """A config saying each node has 2 GPUs: the train job Slurm records asks for gpu:2 on each of its 3 nodes. The
+    nodes have none, so it stays pending; it is cancelled and the cluster left quiet."""
+    work = tmp_path / "gpu"
+    shutil.copytree(slurm_run["work"], work, symlinks=True)
+    (work / "tiny.yaml").write_text(json.dumps(tiny_slurm_config(gpus_per_node=2)))
+    before = {j["JobId"] for j in jobs_of_rule(slurm, "train")}
+    cmd = [sys.executable, "-m", "snakemake", "results/tiny/train/model_final.pt", *SLURM_PROFILE_ARGS,
+           "--forcerun", "train", "--configfile", "tiny.yaml"]  # fmt: skip
+    run = subprocess.Popen(cmd, cwd=work, env=slurm_env(slurm), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True)  # fmt: skip
+    try:
+        new: list[dict[str, str]] = []
+
+        def submitted() -> bool:
+            nonlocal new
+            new = [j for j in jobs_of_rule(slurm, "train") if j["JobId"] not in before]
+            return bool(new) or run.poll() is not None
+
+        assert wait_until(submitted, 300, 0.5), "no train job submitted"
+        assert new, run.communicate(timeout=60)[0]
+        job = new[0]
+        assert job["JobState"] == "PENDING", job
+        assert job["TresPerNode"] == "gres:gpu:2", job
+        assert (job["NumNodes"], job["ReqNodeList"]) == ("3", "n[1-3]"), job
+        slurm.run(["scancel", job["JobId"]])
+    finally:
+        try:
+            output = run.communicate(timeout=120)[0]
+        except subprocess.TimeoutExpired:
+            run.terminate()
+            output = run.communicate(timeout=60)[0]
+    assert run.returncode != 0, output  # its job was cancelled
+    slurm.wait_quiet()
+
+
+def test_a_partition_the_cluster_does_not_have_is_refused_before_any_job(slurm, tmp_path):
+    work = copy_workflow(tmp_path)
+    (work / "tiny.yaml").write_text(json.dumps(tiny_slurm_config(partition="nope")))
+    done = snakemake_slurm(slurm, work, "train_slowfast", timeout=300)
+    line = assert_workflow_refused(done, "cluster.slurm.partition", "'nope'", "main*")
+    assert line.startswith("clipflow: config:"), line
+    assert not list(Path(work, ".snakemake").glob("slurm_logs/**/*.log")), "a job was submitted"
+    slurm.wait_quiet()
