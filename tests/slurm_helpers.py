@@ -86,3 +86,8 @@ def jobs_of_rule(slurm, rule: str) -> list[dict[str, str]]:
     out = slurm.run(["scontrol", "show", "job", "--oneliner"]).stdout
     jobs = [dict(f.split("=", 1) for f in line.split() if "=" in f) for line in out.splitlines() if line.strip()]
     return [job for job in jobs if job.get("Comment") == f"rule_{rule}"]
+
+
+def sbatch_calls(output: str, rule: str) -> list[str]:
+    """The sbatch commands the executor plugin ran for ``rule``, from the output of a ``--verbose`` run."""
+    return [line for line in output.splitlines() if "sbatch call:" in line and f"--comment rule_{rule} " in line]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from config_helpers import assert_workflow_refused
 from helpers import copy_workflow
-from slurm_helpers import jobs_of_rule, snakemake_slurm
+from slurm_helpers import jobs_of_rule, sbatch_calls, snakemake_slurm
 from workflow_helpers import TINY
 
 from clipflow.cluster.ports import free_port
@@ -55,8 +55,7 @@ def test_the_slurm_profile_runs_the_workflow_to_its_metrics_and_report(slurm, sl
         assert (job["NumNodes"], job["NodeList"], job["NumTasks"]) == ("3", "n[1-3]", "3"), job
         assert (job["CPUs/Task"], job["TimeLimit"]) == ("1", "00:20:00"), job
     # the time limit's warning (Slurm 22.05's scontrol does not show it: the sbatch call the plugin made, --verbose)
-    calls = {rule: [line for line in done.stdout.splitlines() + done.stderr.splitlines()
-                    if "sbatch call:" in line and f"--comment rule_{rule} " in line] for rule in ("train", "evaluate")}  # fmt: skip
+    calls = {rule: sbatch_calls(done.stdout + done.stderr, rule) for rule in ("train", "evaluate")}
     assert len(calls["train"]) == 1 and "--signal=USR1@300" in calls["train"][0], calls
     assert len(calls["evaluate"]) == 1 and "--signal" not in calls["evaluate"][0], calls
     # the roles ran as srun steps of that one job on every node: each node's slurmd launched steps of it
@@ -81,7 +80,7 @@ def test_gpus_per_node_is_asked_of_slurm_for_every_node_of_train(slurm, slurm_ru
                            timeout=300)  # fmt: skip
     output = done.stdout + done.stderr
     assert done.returncode != 0, output
-    calls = [line for line in output.splitlines() if "sbatch call:" in line and "--comment rule_train " in line]
+    calls = sbatch_calls(output, "train")
     assert len(calls) == 1, output
     assert all(flag in calls[0].split() for flag in ("--gres=gpu:2", "--nodes=3", "--ntasks=3")), calls[0]
     assert "--nodelist=n1,n2,n3" in calls[0], calls[0]
