@@ -68,10 +68,9 @@ def test_the_slurm_profile_runs_the_workflow_to_its_metrics_and_report(slurm, sl
 
 
 def test_gpus_per_node_is_asked_of_slurm_for_every_node_of_train(slurm, slurm_run, tmp_path):
-    """A config saying each node has 2 GPUs: the train job goes to Slurm asking for gpu:2 on each of its 3 nodes.
-    This cluster knows GPUs as a resource (GresTypes=gpu) but no node has one, so Slurm refuses the job at once
-    (a GRES without a device behind it cannot be faked here: slurmd reports 0 of a count-only gpu): the request is
-    read from the sbatch call the plugin made and Slurm's answer to it, and no job is left."""
+    """A config saying each node has 2 GPUs: Slurm records the train job asking for gpu:2 on each of its 3 nodes
+    (scontrol's TresPerNode). This cluster knows GPUs as a resource (GresTypes=gpu) but no node has one, so Slurm
+    refuses the job at submission, keeping its record (FAILED, BadConstraints); nothing is left running."""
     work = tmp_path / "gpu"
     shutil.copytree(slurm_run["work"], work, symlinks=True)
     config = json.loads((work / "tiny.yaml").read_text())
@@ -88,7 +87,11 @@ def test_gpus_per_node_is_asked_of_slurm_for_every_node_of_train(slurm, slurm_ru
     assert all(flag in calls[0].split() for flag in ("--gres=gpu:2", "--nodes=3", "--ntasks=3")), calls[0]
     assert "--nodelist=n1,n2,n3" in calls[0], calls[0]
     assert "Requested node configuration is not available" in output, output
-    assert jobs_of_rule(slurm, "train") == before  # Slurm made no job of it
+    new = [job for job in jobs_of_rule(slurm, "train") if job not in before]
+    assert len(new) == 1, new
+    job = new[0]
+    assert (job["TresPerNode"], job["NumNodes"], job["ReqNodeList"]) == ("gres:gpu:2", "3", "n[1-3]"), job
+    assert (job["JobState"], job["Reason"]) == ("FAILED", "BadConstraints"), job
     slurm.wait_quiet()
 
 
