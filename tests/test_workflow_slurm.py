@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from config_helpers import assert_workflow_refused
 from helpers import copy_workflow
-from slurm_helpers import jobs_of_rule, sbatch_calls, snakemake_slurm
+from slurm_workflow_helpers import jobs_of_rule, sbatch_calls, snakemake_slurm
 from workflow_helpers import TINY
 
 from clipflow.cluster.ports import free_port
