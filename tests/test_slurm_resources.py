@@ -39,3 +39,8 @@ def test_a_one_task_job_is_no_mpi_job_and_other_launchers_ask_for_nothing():
 def test_a_host_that_is_no_slurm_node_is_refused_naming_it(host):
     with pytest.raises(ClipflowError, match=f"cluster.hosts names {host}, not a Slurm node"):
         job_resources(cluster(hosts=[host]), notice=True)
+
+
+def test_a_hosts_file_with_the_slurm_launcher_is_refused_naming_it():
+    with pytest.raises(ClipflowError, match="cluster.hosts_file \\(nodes.txt\\) is set with cluster.launcher slurm"):
+        job_resources(cluster(hosts_file="nodes.txt"), notice=True)

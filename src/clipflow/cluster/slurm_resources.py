@@ -16,23 +16,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from clipflow.cluster.hostsfile import DEFAULT_PORT, Host, hosts_from_config, read_hosts_file
+from clipflow.cluster.hostsfile import DEFAULT_PORT, Host, hosts_from_config
 from clipflow.errors import ClipflowError
 
 
-def cluster_hosts(cluster: Mapping) -> list[Host]:
-    """The hosts the config names: ``cluster.hosts_file`` when set, else ``cluster.hosts``."""
-    return read_hosts_file(cluster["hosts_file"]) if cluster["hosts_file"] else hosts_from_config(cluster["hosts"])
-
-
 def slurm_nodes(cluster: Mapping) -> list[Host]:
-    """The hosts as Slurm nodes: bare node names (no user, no port), none of them this machine's loopback name."""
-    hosts = cluster_hosts(cluster)
-    where = "cluster.hosts_file" if cluster["hosts_file"] else "cluster.hosts"
+    """``cluster.hosts`` as Slurm nodes: bare node names (no user, no port), none of them a loopback name; a hosts
+    file is refused, as the slurm launcher refuses it."""
+    if cluster["hosts_file"]:
+        raise ClipflowError(
+            f"config: cluster.hosts_file ({cluster['hosts_file']}) is set with cluster.launcher slurm, whose hosts are "
+            "Slurm nodes: name them in cluster.hosts (slots=N for several workers) and leave hosts_file empty"
+        )
+    hosts = hosts_from_config(cluster["hosts"])
     for host in hosts:
         if host.user or host.port != DEFAULT_PORT or host.host in ("localhost", "127.0.0.1", "::1"):
             raise ClipflowError(
-                f"config: cluster.launcher is slurm but {where} names {replace(host, slots=1)}, not a Slurm node: "
+                f"config: cluster.launcher is slurm but cluster.hosts names {replace(host, slots=1)}, not a Slurm node: "
                 "the train and evaluate jobs run on "
                 "the nodes the hosts name; give node names as sinfo -N lists them (slots=N for several workers)"
             )
