@@ -32,9 +32,9 @@ def slurm_nodes(cluster: Mapping) -> list[Host]:
     for host in hosts:
         if host.user or host.port != DEFAULT_PORT or host.host in ("localhost", "127.0.0.1", "::1"):
             raise ClipflowError(
-                f"config: cluster.launcher is slurm but cluster.hosts names {replace(host, slots=1)}, not a Slurm node: "
-                "the train and evaluate jobs run on "
-                "the nodes the hosts name; give node names as sinfo -N lists them (slots=N for several workers)"
+                f"config: cluster.launcher is slurm but cluster.hosts names {replace(host, slots=1)}, not a Slurm "
+                "node: the train and evaluate jobs run on the nodes the hosts name; give node names as sinfo -N "
+                "lists them (slots=N for several workers)"
             )
     return hosts
 
