@@ -151,6 +151,18 @@ def once_trained(path):
     return ancient(path) if trained else path
 
 
+def slurm_nodelist():
+    """Shell text that gives the rule back SLURM_JOB_NODELIST inside a Slurm job whose environment lost it (the Slurm
+    executor plugin keeps only the job's id of the SLURM_* variables when it runs a rule), asked of Slurm itself; the
+    slurm launcher plans and checks its roles' nodes against it. None for the other launchers."""
+    if CLUSTER["launcher"] != "slurm":
+        return ""
+    return (
+        'if [ -n "${SLURM_JOB_ID:-}" ] && [ -z "${SLURM_JOB_NODELIST:-}" ]; then export SLURM_JOB_NODELIST="$(squeue '
+        '--noheader --jobs "$SLURM_JOB_ID" --format=%N)"; fi; '
+    )
+
+
 def staged_args():
     """`--staged FILE --host-dir DIR` for the stages that run on the hosts (with shared storage the file says so
     and they run as before); none without staging."""
