@@ -6,7 +6,8 @@ What runs, all from Debian's packages (``slurmctld``, ``slurmd``, ``slurm-client
     host 1 / 2 / 3: slurmd -N n1 / n2 / n3, each in its host's network namespace, its own UTS namespace
                     (``hostname`` answers n1...) and a private mount namespace in which an /etc/hosts
                     naming n1..n3 and the controller is bound over the machine's, so node names resolve
-                    inside jobs as a cluster's DNS would
+                    inside jobs as a cluster's DNS would, and the cluster's folder over /etc/slurm, so
+                    slurm.conf is where a node's clients look by default
 
 The configuration needs no cgroups (``proctrack/linuxproc``, ``task/none``, ``jobacct_gather/none``, no
 accounting storage) and keeps every state, spool, pid and log file in the cluster's own folder. The slurmds
@@ -94,9 +95,14 @@ class SlurmCluster:
         (self.state / "slurm.conf").write_text(self._config())
         self._daemons.append(self._spawn(["slurmctld", "-D", "-i"], "slurmctld.out"))
         for node, host in zip(self.nodes, self.hosts.hosts, strict=True):
-            script = 'mount --bind "$1" /etc/hosts && hostname "$2" && exec nsenter --net="$3" slurmd -D -N "$2"'
+            # the configuration also at Slurm's default path, as on a cluster's nodes: a client started in a job
+            # without SLURM_CONF (the executor plugin's srun keeps only a few SLURM_* variables) finds it there
+            script = (
+                'mount --bind "$1" /etc/hosts && mount --bind "$4" /etc/slurm && hostname "$2" && '
+                'exec nsenter --net="$3" slurmd -D -N "$2"'
+            )
             argv = ["unshare", "--mount", "--uts", "--propagation", "private", "sh", "-c", script, "sh"]
-            argv += [str(self.state / "hosts"), node, f"/run/netns/{host.name}"]
+            argv += [str(self.state / "hosts"), node, f"/run/netns/{host.name}", str(self.state)]
             self._daemons.append(self._spawn(argv, f"slurmd-{node}.out"))
         if not wait_until(self._all_idle, READY_TIMEOUT_S, 0.2):
             raise RuntimeError(f"the Slurm nodes did not come up idle: {self._sinfo()!r}\n{self.logs()}")
@@ -144,6 +150,7 @@ class SlurmCluster:
                 # 30 s keeps the time-limit test's requeue short and still gives a step's launch ample time
                 f"AuthInfo=socket={self._munge_socket},cred_expire=30",
                 "MpiDefault=none",
+                "GresTypes=gpu",  # a resource this cluster knows, though none of its nodes has one
                 "ProctrackType=proctrack/linuxproc",
                 "TaskPlugin=task/none",
                 "JobAcctGatherType=jobacct_gather/none",

@@ -3,6 +3,12 @@
 # Host names and ports change the plan but never retrain: train reads these outputs as ancient().
 
 
+# the plan is made where Snakemake runs, never as a job of its own: under workflow/profiles/slurm it names the nodes
+# the train and evaluate jobs then ask for (a plan made inside a one-node job would be checked against that job)
+localrules:
+    cluster_plan,
+
+
 rule cluster_plan:
     output:
         f"{RESULTS}/cluster/plan.json",

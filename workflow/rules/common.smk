@@ -8,6 +8,8 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
+from clipflow.cluster.slurm_partitions import check_partition
+from clipflow.cluster.slurm_resources import job_resources
 from clipflow.cluster.staged import staging_name
 from clipflow.errors import ClipflowError
 from clipflow.recipe import load_recipe, recipe_path
@@ -102,6 +104,12 @@ OVERRIDES = json.dumps(config["overrides"], sort_keys=True)
 
 try:  # what the config and the recipe say together, before any job
     check_config_with_recipe(config, RECIPE, os.path.basename(RECIPE_FILE))
+    # the Slurm jobs of train and evaluate (workflow/profiles/slurm): one job over the plan's nodes each; none
+    # unless the launcher is slurm; the partition checked against the cluster's (sinfo) before any job
+    TRAIN_RESOURCES = job_resources(CLUSTER, notice=True)
+    EVALUATE_RESOURCES = job_resources(CLUSTER, notice=False)
+    if CLUSTER["launcher"] == "slurm":
+        check_partition(CLUSTER["slurm"]["partition"])
 except ClipflowError as exc:
     raise WorkflowError(f"clipflow: {exc}")
 
@@ -141,6 +149,18 @@ def once_trained(path):
     otherwise not look at train at all."""
     trained = all(os.path.exists(f"{RESULTS}/train/{name}") for name in ("model_final.pt", "metrics.jsonl"))
     return ancient(path) if trained else path
+
+
+def slurm_nodelist():
+    """Shell text that gives the rule back SLURM_JOB_NODELIST inside a Slurm job whose environment lost it (the Slurm
+    executor plugin keeps only the job's id of the SLURM_* variables when it runs a rule), asked of Slurm itself; the
+    slurm launcher plans and checks its roles' nodes against it. None for the other launchers."""
+    if CLUSTER["launcher"] != "slurm":
+        return ""
+    return (
+        'if [ -n "${SLURM_JOB_ID:-}" ] && [ -z "${SLURM_JOB_NODELIST:-}" ]; then export SLURM_JOB_NODELIST="$(squeue '
+        '--noheader --jobs "$SLURM_JOB_ID" --format=%N)"; fi; '
+    )
 
 
 def staged_args():

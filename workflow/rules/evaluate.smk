@@ -12,9 +12,12 @@ rule evaluate:
     output:
         f"{RESULTS}/metrics.json",
     params:
+        nodelist=slurm_nodelist(),
         root=data_root,
         logs=f"{LOGS}/evaluate",
         staged=staged_args(),
+    resources:
+        **EVALUATE_RESOURCES,  # one Slurm job over the plan's nodes under workflow/profiles/slurm
     log:
         f"{LOGS}/evaluate.log",
     benchmark:
@@ -22,7 +25,7 @@ rule evaluate:
     conda:
         "../../environment.yml"
     shell:
-        "python -m clipflow evaluate launch --plan {input.plan:q} --log-dir {params.logs:q}"
+        "{params.nodelist}python -m clipflow evaluate launch --plan {input.plan:q} --log-dir {params.logs:q}"
         " --model {input.model:q} --list {input.val:q} --root {params.root:q} --out {output:q} {params.staged}"
         " 2>&1 | tee {log:q}"
 

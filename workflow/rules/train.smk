@@ -36,6 +36,7 @@ rule train:
         model=f"{RESULTS}/train/model_final.pt",
         history=f"{RESULTS}/train/metrics.jsonl",
     params:
+        nodelist=slurm_nodelist(),
         overrides=OVERRIDES,
         backend=config["train"]["backend"],
         kvstore=config["train"]["kvstore"],
@@ -54,6 +55,8 @@ rule train:
             for name in ("resume", "global_batch", "max_restarts", "min_workers", "stop_grace")
             if config["train"][name] is not None
         ),
+    resources:
+        **TRAIN_RESOURCES,  # one Slurm job over the plan's nodes under workflow/profiles/slurm
     log:
         f"{LOGS}/train.log",
     benchmark:
@@ -61,7 +64,7 @@ rule train:
     conda:
         "../../environment.yml"
     shell:
-        "python -m clipflow train launch --plan {input.plan:q} --log-dir {params.logs:q}"
+        "{params.nodelist}python -m clipflow train launch --plan {input.plan:q} --log-dir {params.logs:q}"
         " --recipe {input.recipe:q} --overrides {params.overrides:q} --splits-dir {params.splits:q}"
         " --root {params.root:q} --checkpoint-root {params.checkpoints:q} --model-out {output.model:q}"
         " --metrics-out {output.history:q} --val-list {input.val:q} --train-list {input.train_list:q}"

@@ -1,0 +1,68 @@
+"""The Slurm resources of the workflow's train and evaluate jobs under ``workflow/profiles/slurm``.
+
+Each of the two is one job over the plan's hosts, which with the slurm launcher name the Slurm nodes: as many
+nodes as hosts, exactly those (``--nodelist``, so the allocation is the plan's), one task per worker slot of the
+busiest host, ``cluster.slurm.cpus_per_task`` CPUs per task, ``gpus_per_node`` GPUs on each node, the partition
+and the time limit of ``cluster.slurm``. The train job also asks Slurm for SIGUSR1 ``notice_s`` seconds before
+its time limit, the stop on notice of ``clipflow train launch``.
+
+The names are those of snakemake-executor-plugin-slurm. ``mpi`` tells the plugin that the rule's command starts
+its own ``srun`` steps: the rule then runs in the job's batch step, not wrapped in a step of its own, so the time
+limit's signal reaches the roles' steps and not the Snakemake process that waits for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+from clipflow.cluster.hostsfile import DEFAULT_PORT, Host, hosts_from_config
+from clipflow.errors import ClipflowError
+
+
+def slurm_nodes(cluster: Mapping) -> list[Host]:
+    """``cluster.hosts`` as Slurm nodes: bare node names (no user, no port), none of them a loopback name; a hosts
+    file is refused, as the slurm launcher refuses it."""
+    if cluster["hosts_file"]:
+        raise ClipflowError(
+            f"config: cluster.hosts_file ({cluster['hosts_file']}) is set with cluster.launcher slurm, whose hosts are "
+            "Slurm nodes: name them in cluster.hosts (slots=N for several workers) and leave hosts_file empty"
+        )
+    hosts = hosts_from_config(cluster["hosts"])
+    for host in hosts:
+        if host.user or host.port != DEFAULT_PORT or host.host in ("localhost", "127.0.0.1", "::1"):
+            raise ClipflowError(
+                f"config: cluster.launcher is slurm but cluster.hosts names {replace(host, slots=1)}, not a Slurm "
+                "node: the train and evaluate jobs run on the nodes the hosts name; give node names as sinfo -N "
+                "lists them (slots=N for several workers)"
+            )
+    return hosts
+
+
+def job_resources(cluster: Mapping, notice: bool) -> dict[str, int | str]:
+    """The resources of one multi-node job over the plan's hosts (``notice``: ask for the time limit's SIGUSR1);
+    none unless the launcher is slurm (the local and ssh launchers run the job on one machine)."""
+    if cluster["launcher"] != "slurm":
+        return {}
+    slurm = cluster["slurm"]
+    hosts = slurm_nodes(cluster)
+    per_node = max(host.slots for host in hosts)
+    tasks = len(hosts) * per_node
+    extra = [f"--nodelist={','.join(host.host for host in hosts)}", f"--ntasks-per-node={per_node}"]
+    if notice and slurm["notice_s"]:
+        extra.append(f"--signal=USR1@{slurm['notice_s']}")
+    resources: dict[str, int | str] = {
+        "nodes": len(hosts),
+        "tasks": tasks,
+        "cpus_per_task": slurm["cpus_per_task"],
+        "runtime": slurm["time_limit"],
+        "slurm_extra": " ".join(extra),
+    }
+    if tasks > 1:  # the plugin takes a one-task "mpi" job for a mistake; one task runs wrapped in a step
+        resources["mpi"] = "srun"
+    if slurm["partition"]:
+        resources["slurm_partition"] = slurm["partition"]
+    if slurm["gpus_per_node"]:
+        resources["gres"] = f"gpu:{slurm['gpus_per_node']}"
+        resources["tasks_per_gpu"] = 0  # the tasks are the workers' slots, not a count per GPU
+    return resources
