@@ -13,7 +13,8 @@ import re
 import pytest
 import torch
 from launch_helpers import TINY, scanned
-from slurm_helpers import sbatch, train_script
+from netns_hosts import wait_until
+from slurm_helpers import role_pid, sbatch, three_splits, train_script
 
 from clipflow.data.listfile import write_list
 
@@ -25,6 +26,7 @@ pytestmark = [pytest.mark.hosts, pytest.mark.slurm]
 # finishes (a third one is taken as well). Dropout is drawn per worker and step, the same after a resume.
 REPEATS = 10
 RECIPE = {**TINY, "model": {"dropout": 0.5}, "train": {**TINY["train"], "epochs": 16, "save_every_iters": 0}}
+TWO_EPOCHS = {**TINY, "train": {**TINY["train"], "epochs": 2, "save_every_iters": 0}}
 ALLOCATION = "clipflow test: allocation"
 STOPPED = re.compile(r"stopped on notice at epoch (\d+) iteration (\d+); checkpoint ([^;\s]+)")
 
@@ -92,4 +94,39 @@ def test_a_job_past_its_time_limit_is_stopped_on_notice_requeued_and_ends_with_t
     for name in a:
         assert torch.equal(a[name], b[name]), name
     assert losses(chain) == losses(whole)
+    slurm.wait_quiet()
+
+
+def usr1_blocked(pid: int | None) -> bool:
+    """Whether process ``pid`` has SIGUSR1 (signal 10) blocked: a worker still starting, its notice held."""
+    status = dict(line.split(":\t", 1) for line in open(f"/proc/{pid}/status").read().splitlines() if ":\t" in line)
+    return bool(int(status["SigBlk"], 16) & 1 << (10 - 1))
+
+
+def test_a_notice_while_the_workers_start_on_their_nodes_waits_for_their_handlers_then_the_job_is_requeued(
+    slurm, tmp_path, tiny_videos
+):
+    """Slurm's warning can reach a job's tasks seconds after its start (slurmctld sends it at its first look after
+    it is due), while the workers still import torch: they start held (SIGUSR1 blocked by a bare Python before the
+    worker's own), take it once their handler is in place, stop after one step and the job is requeued."""
+    script = announced(train_script(tmp_path, tiny_videos, three_splits(tmp_path, tiny_videos), overrides=TWO_EPOCHS))
+    job = sbatch(slurm, script, "--requeue", "--open-mode=append")
+
+    def started() -> bool:  # every role's task exists on its node (a worker's still importing torch)
+        roles = [(0, "scheduler", 0), *((i, role, i) for i in range(3) for role in ("server", "worker"))]
+        return all(role_pid(slurm, *role) is not None for role in roles)
+
+    assert wait_until(started, 120, 0.05), (tmp_path / "job.out").read_text()
+    held = [i for i in range(3) if usr1_blocked(role_pid(slurm, i, "worker", i))]
+    assert held, "every worker had its handler in place already: the notice would not come while they start"
+    slurm.run(["scancel", "--signal=USR1", job])  # to every task of every step, as the time-limit warning
+    info = slurm.wait_job(job, 400)
+    out = (tmp_path / "job.out").read_text()
+    assert info["JobState"] == "COMPLETED" and info["Restarts"] == "1", out
+    assert "User defined signal" not in out and "exit code 138" not in out, out  # no worker died of it
+    first, second = out.split(ALLOCATION)[1:]
+    stop = STOPPED.search(first)
+    assert stop is not None and stop.group(1) == "1", first
+    assert "exit 79: resumable" in first and f"requeued Slurm job {job} (requeue 1)" in first, first
+    assert f"resumed from checkpoint {stop.group(3)} (epoch 1, iteration {stop.group(2)}" in second, second
     slurm.wait_quiet()

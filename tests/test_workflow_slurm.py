@@ -103,3 +103,27 @@ def test_a_partition_the_cluster_does_not_have_is_refused_before_any_job(slurm, 
     assert line.startswith("clipflow: config:"), line
     assert not list(Path(work, ".snakemake").glob("slurm_logs/**/*.log")), "a job was submitted"
     slurm.wait_quiet()
+
+
+def test_a_train_job_past_its_time_limit_is_requeued_by_the_launcher_and_the_workflow_ends(slurm, slurm_run,
+                                                                                          tmp_path):  # fmt: skip
+    """The chain under the profile: the finished tiny run given more epochs than a one-minute train job can hold
+    and SIGUSR1 40 s before that limit; the workers stop on notice inside an epoch, the launcher requeues the job,
+    the plugin waits through its PENDING, and the next allocation's train resumes there, until the run ends."""
+    work = tmp_path / "limited"
+    shutil.copytree(slurm_run["work"], work, symlinks=True)
+    config = json.loads((work / "tiny.yaml").read_text())
+    config["overrides"]["train"]["epochs"] = 40
+    config["cluster"]["slurm"].update(time_limit=1, notice_s=40)
+    (work / "tiny.yaml").write_text(json.dumps(config))
+    before = jobs_of_rule(slurm, "train")
+    done = snakemake_slurm(slurm, work, "results/tiny/train/model_final.pt", "--verbose", timeout=900)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    new = [job for job in jobs_of_rule(slurm, "train") if job not in before]
+    assert len(new) == 1 and int(new[0]["Restarts"]) >= 1, new  # one job, requeued at least once
+    log = (work / "logs/tiny/train.log").read_text() if (work / "logs/tiny/train.log").exists() else ""
+    lines = (work / "results/tiny/train/metrics.jsonl").read_text().splitlines()
+    history = [json.loads(line)["epoch"] for line in lines]
+    assert history == list(range(1, 41)), (history, log)
+    slurm.wait_quiet()

@@ -8,7 +8,12 @@ the back end (:meth:`Notice.agreed`), so that all of them stop after the same st
 checkpoint inside the epoch and every worker exits :data:`clipflow.ps.exitcodes.RESUMABLE`.
 
 The launcher starts a training worker with SIGUSR1 blocked (:data:`HELD`): a notice that comes while the worker
-is still starting waits, pending, until :meth:`Notice.install` has put the handler in place and unblocks it.
+is still starting waits, pending, until :meth:`Notice.install` has put the handler in place and unblocks it. A
+Slurm task is started by slurmstepd on its node, not by the launcher, so there the role's command is wrapped by
+:func:`notice_argv`: a bare Python (no site packages, a few milliseconds) that blocks SIGUSR1 (a worker) or
+ignores it (the scheduler and servers, which never take it) and execs the role, which keeps that. Slurm's
+time-limit warning reaches every task of the job and may come that early: slurmctld sends it at its first look at
+the job's time after it is due, and for a short job that can be seconds after the start.
 """
 
 from __future__ import annotations
@@ -18,6 +23,19 @@ import signal
 SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
 HELD = frozenset({signal.SIGUSR1})  # blocked from a training worker's start until its handler is in place
 STOPPED = "stopped on notice at epoch {epoch} iteration {iteration}; checkpoint {path}"
+
+
+_BEFORE_EXEC = {
+    "hold": "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})",
+    "ignore": "signal.signal(signal.SIGUSR1, signal.SIG_IGN)",
+}
+
+
+def notice_argv(python: str, argv: list[str], how: str) -> list[str]:
+    """``argv`` started by ``python`` (isolated, without site: it only sets SIGUSR1 and execs) with SIGUSR1 held
+    (``how`` "hold") or ignored ("ignore"); both survive the exec."""
+    code = f"import os, signal, sys; {_BEFORE_EXEC[how]}; os.execvp(sys.argv[1], sys.argv[1:])"
+    return [python, "-I", "-S", "-c", code, *argv]
 
 
 class StoppedOnNotice(Exception):

@@ -36,6 +36,7 @@ from clipflow.environment import NAMES
 from clipflow.errors import ClipflowError
 from clipflow.host_log import host_log_path
 from clipflow.train.launcher import RoleCommand
+from clipflow.train.notice import notice_argv
 
 
 def ps_environment(plan: Plan, role: Role) -> dict[str, str]:
@@ -142,12 +143,14 @@ def role_commands(
             argv = [python, "-m", "clipflow", "ps", "role"]
         if program_roles:
             env.update(ps_lite_addresses(env, len(plan.role_hosts())))
-        commands.append(_wrap(plan, r, argv, env, python, workdir, hold_notice and r.role == "worker"))
+        # on Slurm every task of the job gets the time-limit warning: the workers hold it, the others ignore it
+        slurm_notice = ("hold" if r.role == "worker" else "" if program_roles else "ignore") if hold_notice else ""
+        commands.append(_wrap(plan, r, argv, env, python, workdir, hold_notice and r.role == "worker", slurm_notice))
     return commands
 
 
 def _wrap(plan: Plan, role: Role, argv: list[str], env: dict[str, str], python: str, workdir: str,
-          hold: bool) -> RoleCommand:  # fmt: skip
+          hold: bool, slurm_notice: str) -> RoleCommand:  # fmt: skip
     if plan.launcher == "ssh":
         settings = plan.ssh_settings()
         workdir = _remote_dir(workdir or plan.workdir or os.getcwd())
@@ -155,8 +158,9 @@ def _wrap(plan: Plan, role: Role, argv: list[str], env: dict[str, str], python: 
         host = parse_host(role.host, f"the plan's host of {role.role} {role.rank}")
         request = request_line(argv, env, None, hold_notice=hold)
         return RoleCommand(role, ssh_argv(host, settings, remote), {}, stdin=request, hold_notice=hold)
-    if plan.launcher == "slurm":  # srun passes SIGUSR1 on to its task, which Slurm starts, not this process
-        return RoleCommand(role, srun_argv(parse_host(role.host, "the plan").host, argv), env)
+    if plan.launcher == "slurm":  # slurmstepd starts the task: SIGUSR1 is held or ignored there, not in this process
+        task = notice_argv(python, argv, slurm_notice) if slurm_notice else argv
+        return RoleCommand(role, srun_argv(parse_host(role.host, "the plan").host, task), env)
     return RoleCommand(role, argv, env, hold_notice=hold)
 
 
