@@ -15,6 +15,7 @@ from helpers import assert_refused, python_env
 
 from clipflow.cluster.slurm import SlurmAllocation, allocation_from_env, expand_nodelist, srun_argv
 from clipflow.errors import ClipflowError
+from clipflow.train.slurm_deadline import parse_time_left
 
 
 @pytest.mark.parametrize(
@@ -165,3 +166,17 @@ def test_the_slurm_launcher_without_srun_on_path_is_refused_before_any_role_star
     done = subprocess.run([*argv, "--", "true"], env=env, capture_output=True, text=True, timeout=60)
     assert_refused(done, "needs srun, which is not on PATH", "slurm-client", "--launcher ssh")
     assert not list(tmp_path.glob("*.log"))  # no role was started
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("0:45", 45.0), ("12:05", 725.0), ("1:00:00", 3600.0), ("2-03:04:05", 183845.0), ("UNLIMITED", None),
+     ("NOT_SET", None)],
+)  # fmt: skip
+def test_the_time_left_as_squeue_gives_it(text, seconds):
+    assert parse_time_left(text) == seconds
+
+
+def test_a_time_left_squeue_never_gives_is_named():
+    with pytest.raises(ClipflowError, match=re.escape("squeue gave the job's time left as 'soon'")):
+        parse_time_left("soon")

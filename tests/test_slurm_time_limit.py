@@ -63,7 +63,9 @@ def test_a_job_past_its_time_limit_is_stopped_on_notice_requeued_and_ends_with_t
     scripts = {}
     for folder in (whole, chain):
         folder.mkdir()
-        scripts[folder] = announced(train_script(folder, tiny_videos, splits, "--backend", "ddp", overrides=RECIPE))
+        scripts[folder] = announced(
+            train_script(folder, tiny_videos, splits, "--backend", "ddp", "--slurm-notice", "40", overrides=RECIPE)
+        )
     threads = "--export=ALL,CLIPFLOW_TORCH_THREADS=1"  # two jobs share each node's two cores
     unbroken = sbatch(slurm, scripts[whole], threads)  # no time limit (the partition has none)
     limited = sbatch(slurm, scripts[chain], threads, "--time=1", "--signal=USR1@40", "--requeue", "--open-mode=append")

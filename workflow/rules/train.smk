@@ -50,6 +50,7 @@ rule train:
         logs=f"{LOGS}/train",
         staged=staged_args(),
         on_notice=config["train"]["on_notice"],
+        slurm_notice=config["cluster"]["slurm"]["notice_s"] if config["cluster"]["launcher"] == "slurm" else 0,
         policy=" ".join(
             f"--{name.replace('_', '-')} {config['train'][name]}"
             for name in ("resume", "global_batch", "max_restarts", "min_workers", "stop_grace")
@@ -70,4 +71,5 @@ rule train:
         " --metrics-out {output.history:q} --val-list {input.val:q} --train-list {input.train_list:q}"
         " --backend {params.backend} --kvstore {params.kvstore} {params.on_servers} {params.policy}"
         " --compression {params.compression[type]} --compression-threshold {params.compression[threshold]}"
-        " --seed {params.seed} --on-notice {params.on_notice} {params.tensorboard} {params.staged} 2>&1 | tee {log:q}"
+        " --seed {params.seed} --on-notice {params.on_notice} --slurm-notice {params.slurm_notice}"
+        " {params.tensorboard} {params.staged} 2>&1 | tee {log:q}"

@@ -76,7 +76,7 @@ def cmd_launch(a: argparse.Namespace) -> int:
     source = Path(a.job) if a.job else None
     local = HostRun.of(a.staged, a.host_dir)
     on_notice = a.on_notice or config_defaults("train")["on_notice"]
-    code = launch_training(job_from_args(a), a.log_dir, a.grace, on_notice, source, local)
+    code = launch_training(job_from_args(a), a.log_dir, a.grace, on_notice, source, local, a.slurm_notice)
     if code == RESUMABLE:  # the launcher said where it stopped and that a rerun goes on from there
         return code
     return launched(code, "training", "rerun to resume from the last checkpoint")
@@ -144,6 +144,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--on-notice", choices=["requeue", "exit"], help="after a stop on notice inside a Slurm batch "
                    "job: requeue it (scontrol requeue) so that its next allocation resumes, or only exit 79 "
                    f"(default: {defaults['on_notice']})")  # fmt: skip
+    p.add_argument("--slurm-notice", type=at_least_zero, default=0.0, help="inside a Slurm job with a time limit: "
+                   "give the workers the notice this many seconds before its end, as SIGUSR1 would (Slurm's "
+                   "--signal comes up to 30 s late, and not again after a requeue); 0: off")  # fmt: skip
     p.add_argument("--staged", default="", help="the staging stage's staged.json: with storage local the hosts "
                    "read the staged videos and keep the run's files in --host-dir")  # fmt: skip
     p.add_argument("--host-dir", default="", help="storage local: the run's folder on the hosts (~/: home)")

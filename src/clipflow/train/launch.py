@@ -42,6 +42,7 @@ from clipflow.train.restarts import check_restart_inputs, newest_checkpoint, run
 from clipflow.train.resume_check import check_resume, job_facts, listed_iterations, set_aside
 from clipflow.train.roles import role_commands
 from clipflow.train.slots import Layout, decide
+from clipflow.train.slurm_deadline import notice_deadline
 
 Command = Callable[[Role], Sequence[str]]  # a worker's clipflow arguments
 
@@ -74,17 +75,19 @@ def check_launcher(plan: Plan) -> None:
 
 
 def run_workers(plan: Plan, command: Command, backend: str, log_dir: str, grace: float, host_logs: bool,
-                workdir: str = "", stop_grace: float | None = None) -> Ending:  # fmt: skip
+                workdir: str = "", stop_grace: float | None = None,
+                deadline: float | None = None) -> Ending:  # fmt: skip
     """:func:`launch_workers`, telling how the launch ended (:class:`clipflow.train.launcher.Ending`).
     ``stop_grace``: training workers, which stop on notice (SIGTERM or SIGUSR1 to the launcher) within that many
-    seconds, resumable; None (evaluation): either signal stops everything at once."""
+    seconds, resumable; None (evaluation): either signal stops everything at once. ``deadline``: a monotonic
+    time at which the launcher gives the training workers the notice itself (a Slurm time limit near)."""
     check_launcher(plan)
     if backend == "ps":
         check_security(plan)
     check_ports(plan)
     training = stop_grace is not None
     commands = worker_commands(plan, command, backend, log_dir, host_logs, workdir, hold_notice=training)
-    notice = NoticePolicy(signals=TRAIN_NOTICE, seconds=stop_grace) if training else None
+    notice = NoticePolicy(signals=TRAIN_NOTICE, seconds=stop_grace, deadline=deadline) if training else None
     launcher = Launcher(commands, log_dir, grace_s=grace, notice=notice)
     launcher.run()
     return launcher.ending
@@ -110,14 +113,16 @@ def check_outputs(job: TrainJob, log_dir: str, *, job_given: bool = False) -> No
 
 
 def launch_training(job: TrainJob, log_dir: str, grace: float, on_notice: str, source: Path | None = None,
-                    local: HostRun | None = None) -> int:  # fmt: skip
+                    local: HostRun | None = None, slurm_notice: float = 0.0) -> int:  # fmt: skip
     """Writes ``job`` beside its checkpoints and runs its workers from that file; the launcher's exit code.
     ``source``: the file the job was read from (--job); when it is that very file (a user may have edited it),
     the workers start from it as it is, never from a rewritten copy. ``local``: the hosts have their own disks
     (:func:`launch_on_own_disks`). After a failure the run is relaunched as the job's policy allows
     (:mod:`clipflow.train.restarts`): a smaller membership runs a job of its own, written with its worker lists
     in ``<checkpoint_root>/splits-<W>w/``. ``on_notice`` (``train.on_notice``): after a stop on notice inside a
-    Slurm batch job, ``requeue`` asks Slurm to requeue it (:mod:`clipflow.train.requeue`), ``exit`` does not."""
+    Slurm batch job, ``requeue`` asks Slurm to requeue it (:mod:`clipflow.train.requeue`), ``exit`` does not.
+    ``slurm_notice``: inside a Slurm job with a time limit, the launcher gives the notice itself that many seconds
+    before the end (:mod:`clipflow.train.slurm_deadline`); 0: only Slurm's signal does."""
     if job.paths.val_list is not None:
         read_list(job.paths.val_list)  # a missing or broken val list, named before anything starts
     job_given = source is not None and source.resolve() == job.file.resolve()
@@ -134,14 +139,14 @@ def launch_training(job: TrainJob, log_dir: str, grace: float, on_notice: str, s
             decide(Layout.of(found[0]["layout"]), job.plan.num_workers, train["batch_size"], train["accumulate"],
                    job.policy.global_batch)  # fmt: skip
     job_file = job.file if job_given or local is not None else job.write()
+    deadline = notice_deadline(slurm_notice) if local is None else None
 
     def attempt(current: TrainJob, current_file: Path | None) -> Ending:
         if local is not None:
             return launch_on_own_disks(current, local, log_dir, grace)
         command = job_command("train", current_file or job_file)
-        return run_workers(
-            current.plan, command, current.backend, log_dir, grace, host_logs=True, stop_grace=current.policy.stop_grace
-        )
+        return run_workers(current.plan, command, current.backend, log_dir, grace, host_logs=True,
+                           stop_grace=current.policy.stop_grace, deadline=deadline)  # fmt: skip
 
     started_from = newest_checkpoint(job.paths.checkpoint_root)
     code = run_with_restarts(job, attempt)

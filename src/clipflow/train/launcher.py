@@ -120,6 +120,7 @@ class NoticePolicy:
 
     signals: frozenset[int]
     seconds: float
+    deadline: float | None = None  # a monotonic time at which the launcher gives the notice itself (a time limit)
 
 
 class Launcher:
@@ -204,6 +205,12 @@ class Launcher:
         else:
             self.stop_signal = signum
 
+    def _deadline_passed(self) -> bool:
+        """Whether the notice policy's deadline has come, with no notice given yet."""
+        deadline = self.notice.deadline if self.notice is not None else None
+        first = self.notice_signal is None and self.notice_at is None
+        return first and deadline is not None and time.monotonic() >= deadline
+
     def _pass_notice(self, workers: list[int]) -> None:
         """SIGUSR1 to every running worker: its process group, or a notice line to an ssh role's supervisor."""
         self.notice_at = time.monotonic()
@@ -268,6 +275,9 @@ class Launcher:
             workers_done_at: float | None = None
             first_echo_at: float | None = None
             while self.stop_signal is None:
+                if self._deadline_passed():
+                    self.notice_signal = signal.SIGUSR1
+                    self.say("clipflow launch: the Slurm job's time limit is near (--slurm-notice): a notice")
                 if self.notice_signal is not None and self.notice_at is None:
                     self._pass_notice(workers)
                 codes = [p.poll() for p in self.procs]
