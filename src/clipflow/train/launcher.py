@@ -206,9 +206,10 @@ class Launcher:
             self.stop_signal = signum
 
     def _deadline_passed(self) -> bool:
-        """Whether the notice policy's deadline has come, with no notice given yet."""
+        """Whether the notice policy's deadline has come, with no notice given or taken yet (a worker that said it
+        stopped got one of its own, from Slurm say, and may be exiting: another SIGUSR1 would kill it there)."""
         deadline = self.notice.deadline if self.notice is not None else None
-        first = self.notice_signal is None and self.notice_at is None
+        first = self.notice_signal is None and self.notice_at is None and self.stopped_line is None
         return first and deadline is not None and time.monotonic() >= deadline
 
     def _pass_notice(self, workers: list[int]) -> None:
@@ -237,7 +238,8 @@ class Launcher:
         SIGUSR1 passed on, from a program that does not take it)."""
         if code == 0:
             return True
-        return self.notice_at is not None and index in workers and code in (RESUMABLE, -signal.SIGUSR1)
+        killed_by_notice = (-signal.SIGUSR1, 128 + signal.SIGUSR1)  # here; an srun step's task (srun's own code)
+        return self.notice_at is not None and index in workers and code in (RESUMABLE, *killed_by_notice)
 
     def _terminate_all(self) -> int:
         """SIGTERM every live process group, SIGKILL after the grace period; returns how many were running."""
