@@ -105,16 +105,20 @@ def test_a_partition_the_cluster_does_not_have_is_refused_before_any_job(slurm, 
     slurm.wait_quiet()
 
 
+EPOCHS = 5  # 4 more after the finished run's one: about 2 allocations' worth on 2 cores
+
+
 def test_a_train_job_past_its_time_limit_is_requeued_by_the_launcher_and_the_workflow_ends(slurm, slurm_run,
                                                                                           tmp_path):  # fmt: skip
-    """The chain under the profile: the finished tiny run given more epochs than a one-minute train job can hold
-    and SIGUSR1 40 s before that limit; the workers stop on notice inside an epoch, the launcher requeues the job,
-    the plugin waits through its PENDING, and the next allocation's train resumes there, until the run ends."""
+    """The chain under the profile: the finished tiny run given more epochs than a one-minute train job holds
+    with its notice 30 s before that limit (the launcher's own, from the time left Slurm gives it); the workers
+    stop on notice inside an epoch, the launcher requeues the job, the plugin waits through its PENDING, and the
+    next allocation's train resumes there, until the run ends."""
     work = tmp_path / "limited"
     shutil.copytree(slurm_run["work"], work, symlinks=True)
     config = json.loads((work / "tiny.yaml").read_text())
-    config["overrides"]["train"]["epochs"] = 40
-    config["cluster"]["slurm"].update(time_limit=1, notice_s=40)
+    config["overrides"]["train"]["epochs"] = EPOCHS
+    config["cluster"]["slurm"].update(time_limit=1, notice_s=30)
     (work / "tiny.yaml").write_text(json.dumps(config))
     before = jobs_of_rule(slurm, "train")
     done = snakemake_slurm(slurm, work, "results/tiny/train/model_final.pt", "--verbose", timeout=900)
@@ -125,5 +129,5 @@ def test_a_train_job_past_its_time_limit_is_requeued_by_the_launcher_and_the_wor
     log = (work / "logs/tiny/train.log").read_text() if (work / "logs/tiny/train.log").exists() else ""
     lines = (work / "results/tiny/train/metrics.jsonl").read_text().splitlines()
     history = [json.loads(line)["epoch"] for line in lines]
-    assert history == list(range(1, 41)), (history, log)
+    assert history == list(range(1, EPOCHS + 1)), (history, log)
     slurm.wait_quiet()
