@@ -34,6 +34,8 @@ from pathlib import Path
 import pytest
 from netns_hosts import NetnsHosts, die_with_parent, wait_until
 
+from clipflow.train.requeue import job_facts
+
 DAEMONS = ("slurmctld", "slurmd", "munged", "mungekey")
 CLIENTS = ("srun", "sbatch", "salloc", "squeue", "scancel", "scontrol", "sinfo")
 PARTITION = "main"
@@ -207,8 +209,7 @@ class SlurmCluster:
 
     def job_state(self, job_id: str) -> dict[str, str]:
         """``scontrol show job`` as a dict (JobState, ExitCode, NodeList, TimeLimit, TresPerNode...)."""
-        out = self.run(["scontrol", "show", "job", "--oneliner", job_id]).stdout
-        return dict(field.split("=", 1) for field in out.split() if "=" in field)
+        return job_facts(job_id, self.env)
 
     def wait_job(self, job_id: str, timeout_s: float) -> dict[str, str]:
         """Wait until the job has ended (any state but PENDING, RUNNING, CONFIGURING, COMPLETING, REQUEUED...)."""

@@ -50,11 +50,17 @@ def train_script(tmp_path: Path, tiny_videos: Path, splits: Path, *extra: str, o
     return script
 
 
+def slurm_env(slurm) -> dict[str, str]:
+    """:func:`python_env` with the cluster's ``SLURM_CONF``: the clients here and, through ``--export=ALL``, the
+    jobs find this cluster."""
+    return {**python_env(), **{k: v for k, v in slurm.env.items() if k.startswith("SLURM_")}}
+
+
 def sbatch(slurm, script: Path, *options: str) -> str:
     """Submit ``script`` (its output in job.out beside it) on 3 nodes; the job's id."""
     out = script.parent / "job.out"
     argv = ["sbatch", "--parsable", "--nodes=3", "--ntasks-per-node=1", f"--output={out}", *options, str(script)]
-    env = {**python_env(), **{k: v for k, v in slurm.env.items() if k.startswith("SLURM_")}}
+    env = slurm_env(slurm)
     env["CLIPFLOW_HEARTBEAT_TIMEOUT"] = "10"
     return slurm.run(argv, env=env).stdout.strip().split(";")[0]
 

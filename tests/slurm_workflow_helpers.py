@@ -7,14 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from helpers import python_env
-
-
-def slurm_env(slurm) -> dict[str, str]:
-    """:func:`python_env` with the cluster's ``SLURM_CONF``: the clients here and, through ``--export=ALL``, the
-    jobs find this cluster."""
-    return {**python_env(), **{k: v for k, v in slurm.env.items() if k.startswith("SLURM_")}}
-
+from slurm_helpers import slurm_env
 
 # the executor plugin's settings for this cluster: no accounting storage (squeue, not sacct, with MinJobAge=600
 # keeping finished jobs in view) and nodes of 2 CPUs and 1000 MB (the profile's mem_mb and cpus_per_task are a

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from helpers import python_env
+from slurm_helpers import slurm_env
 
 pytestmark = [pytest.mark.hosts, pytest.mark.slurm]
 
@@ -33,7 +33,7 @@ def test_a_worker_on_a_node_names_the_interface_of_its_node_name_for_gloo_and_nc
         "print(choose_interface(os.environ, 'gloo'), choose_interface(os.environ, 'nccl'), "
         "os.environ['GLOO_SOCKET_IFNAME'], os.environ['NCCL_SOCKET_IFNAME'])"
     )
-    env = {**python_env(), **{k: v for k, v in slurm.env.items() if k.startswith("SLURM_")}}
+    env = slurm_env(slurm)
     env["CLIPFLOW_NODE_ADDRESS"] = "n3"
     done = slurm.run(["srun", "--nodes=1", "--nodelist=n3", sys.executable, "-c", script], env=env)
     assert done.stdout.split() == ["eth0"] * 4

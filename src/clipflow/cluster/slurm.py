@@ -21,6 +21,7 @@ import itertools
 import os
 import re
 import shutil
+import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
@@ -64,6 +65,28 @@ def allocation_from_env(env: Mapping[str, str]) -> SlurmAllocation:
     if not job_id:
         raise ClipflowError(NOT_IN_ALLOCATION)
     return SlurmAllocation(job_id=job_id, nodes=_nodes_from_env(env, job_id), cpus_per_node=_cpus_from_env(env))
+
+
+COMMAND_TIMEOUT_S = 30.0
+
+
+class SlurmCommandFailed(Exception):
+    """A Slurm client command could not be run, or refused (one line: why)."""
+
+
+def slurm_command(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> str:
+    """The output of a Slurm client command (``squeue``, ``scontrol`` ...); :class:`SlurmCommandFailed` saying
+    why not (not on PATH, its error, no answer within :data:`COMMAND_TIMEOUT_S`)."""
+    shown = " ".join(argv)
+    try:
+        done = subprocess.run(list(argv), env=dict(env), capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+    except FileNotFoundError:
+        raise SlurmCommandFailed(f"{argv[0]} is not on PATH") from None
+    except subprocess.TimeoutExpired:
+        raise SlurmCommandFailed(f"`{shown}` did not answer within {COMMAND_TIMEOUT_S:g} s") from None
+    if done.returncode != 0:
+        raise SlurmCommandFailed(f"`{shown}` failed: {(done.stderr or done.stdout).strip() or done.returncode}")
+    return done.stdout
 
 
 def check_slurm_launch(nodes: Iterable[str], environ: Mapping[str, str] = os.environ) -> SlurmAllocation:

@@ -34,39 +34,20 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from clipflow.cluster.slurm import SlurmCommandFailed, slurm_command
 from clipflow.train.checkpoint import order_points, point_order
 
-SCONTROL_TIMEOUT_S = 30.0
 SAY = "clipflow launch: "
-
-
-class _Failed(Exception):
-    """scontrol could not be run, or refused (one line: why)."""
 
 
 def job_facts(job_id: str, env: Mapping[str, str]) -> dict[str, str]:
     """``scontrol show job`` of ``job_id`` as a dict (JobState, BatchFlag, Requeue, Restarts...)."""
-    out = _scontrol(["show", "job", "--oneliner", job_id], env)
+    out = slurm_command(["scontrol", "show", "job", "--oneliner", job_id], env)
     return dict(field.split("=", 1) for field in out.split() if "=" in field)
-
-
-def _scontrol(args: list[str], env: Mapping[str, str]) -> str:
-    """scontrol's output; :class:`_Failed` saying why not (not found, its error, no answer)."""
-    argv = ["scontrol", *args]
-    try:
-        done = subprocess.run(argv, env=dict(env), capture_output=True, text=True, timeout=SCONTROL_TIMEOUT_S)
-    except FileNotFoundError:
-        raise _Failed("scontrol is not on PATH") from None
-    except subprocess.TimeoutExpired:
-        raise _Failed(f"`{' '.join(argv)}` did not answer within {SCONTROL_TIMEOUT_S:g} s") from None
-    if done.returncode != 0:
-        raise _Failed(f"`{' '.join(argv)}` failed: {(done.stderr or done.stdout).strip() or done.returncode}")
-    return done.stdout
 
 
 def progressed(started_from: Path | None, stopped_at: Path | None) -> bool:
@@ -90,7 +71,7 @@ def requeue_after_notice(started_from: Path | None, stopped_at: Path | None, res
         return False
     try:
         facts = job_facts(job_id, env)
-    except _Failed as failed:
+    except SlurmCommandFailed as failed:
         say(f"{SAY}Slurm job {job_id} not requeued: {failed}; resubmit it to go on")
         return False
     state, why = facts.get("JobState", "?"), None
@@ -113,8 +94,8 @@ def requeue_after_notice(started_from: Path | None, stopped_at: Path | None, res
     # included, which is about to exit anyway; ignored here so that the line below is still said
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
-        _scontrol(["requeue", job_id], env)
-    except _Failed as failed:
+        slurm_command(["scontrol", "requeue", job_id], env)
+    except SlurmCommandFailed as failed:
         say(f"{SAY}Slurm job {job_id} not requeued: {failed}; resubmit it to go on")
         return False
     restarts = int(facts.get("Restarts", "0") or 0) + 1

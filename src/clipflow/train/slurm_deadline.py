@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import time
 from collections.abc import Mapping
 
+from clipflow.cluster.slurm import SlurmCommandFailed, slurm_command
 from clipflow.errors import ClipflowError
 
-SQUEUE_TIMEOUT_S = 30.0
 _LEFT = re.compile(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)")
 
 
@@ -41,14 +40,11 @@ def job_time_left(environ: Mapping[str, str] = os.environ) -> float | None:
     job_id = environ.get("SLURM_JOB_ID", "").strip()
     if not job_id:
         return None
-    argv = ["squeue", "--noheader", "--jobs", job_id, "--format=%L"]
     try:
-        done = subprocess.run(argv, env=dict(environ), capture_output=True, text=True, timeout=SQUEUE_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ClipflowError(f"--slurm-notice: cannot ask Slurm for job {job_id}'s time left ({exc})") from None
-    if done.returncode != 0:
-        raise ClipflowError(f"--slurm-notice: `{' '.join(argv)}` failed: {done.stderr.strip() or done.returncode}")
-    return parse_time_left(done.stdout)
+        out = slurm_command(["squeue", "--noheader", "--jobs", job_id, "--format=%L"], environ)
+    except SlurmCommandFailed as failed:
+        raise ClipflowError(f"--slurm-notice: cannot ask Slurm for job {job_id}'s time left: {failed}") from None
+    return parse_time_left(out)
 
 
 def notice_deadline(before_s: float, environ: Mapping[str, str] = os.environ) -> float | None:
