@@ -20,10 +20,13 @@ SLURM_PROFILE_ARGS = (
 )  # fmt: skip
 
 
-def snakemake_slurm(slurm, workdir: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
-    """``snakemake --profile workflow/profiles/slurm ARGS`` in ``workdir`` (config tiny.yaml), on ``slurm``."""
+def snakemake_slurm(slurm, workdir: Path, *args: str, timeout: int = 900,
+                    env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:  # fmt: skip
+    """``snakemake --profile workflow/profiles/slurm ARGS`` in ``workdir`` (config tiny.yaml), on ``slurm``; the
+    jobs get Snakemake's environment (sbatch exports it), ``env_extra`` included."""
     cmd = [sys.executable, "-m", "snakemake", *args, *SLURM_PROFILE_ARGS, "--configfile", "tiny.yaml"]  # targets first
-    return subprocess.run(cmd, cwd=workdir, env=slurm_env(slurm), capture_output=True, text=True, timeout=timeout)
+    env = {**slurm_env(slurm), **(env_extra or {})}
+    return subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def jobs_of_rule(slurm, rule: str) -> list[dict[str, str]]:

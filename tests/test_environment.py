@@ -61,6 +61,7 @@ def test_no_module_but_clipflow_environment_reads_a_clipflow_variable():
         ("CLIPFLOW_PROGRESS_S", "inf", "CLIPFLOW_PROGRESS_S must be seconds between progress lines, a number > 0"),
         ("CLIPFLOW_REMOTE_GRACE_S", "-2", "CLIPFLOW_REMOTE_GRACE_S='-2' must be a number of seconds >= 0"),
         ("CLIPFLOW_FAULT_KILL", "1-2", "CLIPFLOW_FAULT_KILL='1-2': expected rank:epoch[:iteration]"),
+        ("CLIPFLOW_FAULT_STEP_S", "-1", "CLIPFLOW_FAULT_STEP_S must be seconds to sleep after each step, a number"),
     ],
 )  # fmt: skip
 def test_a_bad_value_is_named_with_what_it_must_be(variable, value, message):

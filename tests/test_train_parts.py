@@ -91,6 +91,8 @@ def test_fault_setting():
         parse("worker1")
     assert FaultInjector(0, {"CLIPFLOW_FAULT_KILL": "1:2"}).at is None
     assert FaultInjector(1, {"CLIPFLOW_FAULT_KILL": "1:2"}).at == (2, 0)
+    assert FaultInjector(1, {"CLIPFLOW_FAULT_STEP_S": "0.25"}).step_s == 0.25
+    assert FaultInjector(1, {}).step_s == 0.0
 
 
 def test_no_wd_spares_biases_and_batchnorm_and_decays_the_rest():

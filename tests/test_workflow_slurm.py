@@ -105,7 +105,9 @@ def test_a_partition_the_cluster_does_not_have_is_refused_before_any_job(slurm, 
     slurm.wait_quiet()
 
 
-EPOCHS = 5  # 4 more after the finished run's one: about 2 allocations' worth on 2 cores
+EPOCHS = 5  # 4 more after the finished run's one, 2 steps each (24 videos, 3 workers x 4 clips)
+STEP_S = 4  # a sleep after each step: 8 x 4 s, more than the 30 s a one-minute job trains before its notice on any
+# CPU (CI's finished the 4 epochs in one allocation without it, and the test showed no requeue)
 
 
 def test_a_train_job_past_its_time_limit_is_requeued_by_the_launcher_and_the_workflow_ends(slurm, slurm_run,
@@ -121,7 +123,8 @@ def test_a_train_job_past_its_time_limit_is_requeued_by_the_launcher_and_the_wor
     config["cluster"]["slurm"].update(time_limit=1, notice_s=30)
     (work / "tiny.yaml").write_text(json.dumps(config))
     before = jobs_of_rule(slurm, "train")
-    done = snakemake_slurm(slurm, work, "results/tiny/train/model_final.pt", "--verbose", timeout=900)
+    done = snakemake_slurm(slurm, work, "results/tiny/train/model_final.pt", "--verbose", timeout=900,
+                           env_extra={"CLIPFLOW_FAULT_STEP_S": str(STEP_S)})  # fmt: skip
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
     new = [job for job in jobs_of_rule(slurm, "train") if job not in before]

@@ -218,6 +218,10 @@ VARIABLES = (
              "a folder: every worker appends a line per trained sample after each optimizer step (attempt, epoch, "
              "step, slot, video, weight), to account for every sample of every epoch across restarts and resizes",
              _path),
+    Variable("CLIPFLOW_FAULT_STEP_S", "fault_step_s", "0", "tests",
+             "seconds every worker sleeps after each optimizer step: a run that outlasts a time limit on any CPU",
+             lambda env, name: float_var(env, name, "seconds to sleep after each step, a number >= 0", 0.0,
+                                         zero=True)),
 )  # fmt: skip
 
 
@@ -248,6 +252,7 @@ class ClipflowEnv:
     no_progress: bool = False
     fault_kill: tuple[int, int, int] | None = None
     sample_log: Path | None = None
+    fault_step_s: float = 0.0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ClipflowEnv:

@@ -132,10 +132,9 @@ def role_commands(
         if r.role == "worker":
             env["LOCAL_RANK"] = str(local_rank[r.rank])  # its GPU, when the host has GPUs
             env[NAMES["workers_on_host"]] = str(per_host[r.host])  # the worker divides its host's cores
-            if os.environ.get(NAMES["fault_kill"]):  # the tests' fault injection reaches workers on other hosts too
-                env[NAMES["fault_kill"]] = os.environ[NAMES["fault_kill"]]
-            if os.environ.get(NAMES["sample_log"]):  # so does the tests' per-sample log
-                env[NAMES["sample_log"]] = os.environ[NAMES["sample_log"]]
+            for field in ("fault_kill", "fault_step_s", "sample_log"):  # the tests' faults and per-sample log
+                if os.environ.get(NAMES[field]):  # reach workers on other hosts too
+                    env[NAMES[field]] = os.environ[NAMES[field]]
             argv = list(worker_argv(r) if callable(worker_argv) else worker_argv)
         elif program_roles:
             argv = list(worker_argv(r) if callable(worker_argv) else worker_argv)

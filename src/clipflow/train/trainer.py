@@ -549,6 +549,7 @@ class Trainer:
                 self.sync.step()
                 self.model.zero_grad(set_to_none=True)
                 self.sample_log.write(epoch, step, trained)
+                self.faults.after_step()
                 step += 1
                 batch_loss = loss.item()
                 now = time.perf_counter()
