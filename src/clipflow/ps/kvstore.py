@@ -283,6 +283,16 @@ class KVStore:
         except (AttributeError, TypeError, ValueError) as exc:
             raise CommError(f"a server sent a bad {Op.STATS} reply: {exc}") from None
 
+    def server_pushes(self) -> list[dict[int, int]]:
+        """Per server rank: the pushes (and pushpulls) it received so far, by sending worker rank (for tests)."""
+        self._check_open()
+        seqs = [self._customer.request(r) for r in self._every_server(Op.STATS)]
+        replies = self._customer.wait(seqs)
+        try:
+            return [{int(k): int(n) for k, n in replies[seq]["pushes"].items()} for seq in seqs]
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise CommError(f"a server sent a bad {Op.STATS} reply: {exc}") from None
+
     # -- optimizer on the servers (update_on_kvstore) and gradient compression ------------------
 
     def set_optimizer(
