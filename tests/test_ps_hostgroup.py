@@ -6,16 +6,22 @@ one server on each; see tests/ps_hostgroup_helpers.py.
 
 from __future__ import annotations
 
+import itertools
 import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+import pytest
 import torch
 from ps_cluster_helpers import HB_TIMEOUT, Cluster
 from ps_hostgroup_helpers import BOUND, start_two_hosts
 
 from clipflow.ps.exitcodes import ABORTED
+from clipflow.ps.node import Welcome, group_numbers
+from clipflow.ps.store import KeyValueStore, Slot
+from clipflow.ps.wire import Message, Op, WireError, decode, encode, shown
 
 
 def _run_exact(
@@ -81,3 +87,58 @@ def test_compression_with_aggregation_is_refused(make_cluster: Callable[..., Clu
     for w in workers:
         refused = w.facts()["refused"]
         assert refused and "set_gradient_compression" in refused and "dist_sync_device" in refused, refused
+
+
+def _push(key: int, rank: int, value: np.ndarray, seq: int, **fields: object) -> Message:
+    # through the codec, as a server receives it (read-only arrays)
+    return decode(
+        [bytes(f) for f in encode(Message(Op.PUSH, {"key": key, "seq": seq, "rank": rank, **fields}, [value]))]
+    )
+
+
+def test_store_sums_in_the_group_order_whatever_the_arrival_order() -> None:
+    """4 workers in host groups (0, 2) and (1, 3): every arrival order gives (w0 + w2) + (w1 + w3), bit for bit;
+    a group's sum pushed by its leader (``ranks``) stands for both of its workers."""
+    rng = np.random.default_rng(5)
+    terms = [(rng.standard_normal(64) * 10.0 ** rng.integers(-7, 8, 64)).astype(np.float32) for _ in range(4)]
+    want = (terms[0] + terms[2]) + (terms[1] + terms[3])
+    assert not np.array_equal(want, ((terms[3] + terms[1]) + terms[0]) + terms[2])  # the order shows
+    groups = Welcome(0, 1, 4, (), groups=(0, 1, 0, 1)).host_groups()
+    assert groups == ((0, 2), (1, 3))
+    for order in itertools.permutations(range(4)):
+        store = KeyValueStore(0, 4, groups=groups)
+        store.handle(b"w0", Message(Op.INIT, {"key": 1, "seq": 0, "rank": 0}, [np.zeros(64, np.float32)]))
+        replies = [store.handle(f"w{r}".encode(), _push(1, r, terms[r], 1)) for r in order]
+        assert [len(r) for r in replies] == [0, 0, 0, 4]
+        np.testing.assert_array_equal(store.values[Slot(1)], want)
+    store = KeyValueStore(0, 4, groups=groups)
+    store.handle(b"w0", Message(Op.INIT, {"key": 1, "seq": 0, "rank": 0}, [np.zeros(64, np.float32)]))
+    assert store.handle(b"w3", _push(1, 3, terms[3], 1)) == []
+    assert store.handle(b"w1", _push(1, 1, terms[1], 1)) == []
+    done = store.handle(b"w0", _push(1, 0, terms[0] + terms[2], 2, ranks=[0, 2]))
+    assert len(done) == 3
+    np.testing.assert_array_equal(store.values[Slot(1)], want)
+    assert store.pushes == {0: 1, 1: 1, 3: 1}
+
+
+def test_a_group_push_must_come_from_the_leader_and_name_its_group() -> None:
+    store = KeyValueStore(0, 4, groups=((0, 2), (1, 3)))
+    store.handle(b"w0", Message(Op.INIT, {"key": 1, "seq": 0, "rank": 0}, [np.zeros(2, np.float32)]))
+    for rank, ranks in [(2, [0, 2]), (0, [0, 1]), (0, [0]), (0, "0,2"), (1, [1, 3, 3])]:
+        ((_, reply),) = store.handle(b"w", _push(1, rank, np.ones(2, np.float32), 1, ranks=ranks))
+        assert reply.op == Op.ERROR and f"stands for ranks {shown(ranks)}" in reply["reason"], reply["reason"]
+    assert store.handle(b"w0", _push(1, 0, np.ones(2, np.float32), 2, ranks=[0, 2])) == []
+    ((_, twice),) = store.handle(b"w2", _push(1, 2, np.ones(2, np.float32), 3))
+    assert "worker 2 pushed key 1 twice in one round" in twice["reason"]
+
+
+@pytest.mark.parametrize("groups", [[0, 2, 1, 1], [1, 0, 0, 1], [0, 0, 1], [0, -1, 0, 0], [0, True, 1, 1], "0011"])
+def test_a_welcome_with_bad_groups_is_refused(groups: object) -> None:
+    fields = {"rank": 0, "num_server": 1, "num_worker": 4, "servers": [], "groups": groups}
+    with pytest.raises(WireError, match="groups must give each of the 4 worker ranks a group number"):
+        Welcome.from_message(Message(Op.WELCOME, fields))
+
+
+def test_group_numbers_follow_host_and_machine() -> None:
+    places = [("10.0.0.1", "m1"), ("10.0.0.2", "m2"), ("10.0.0.1", "m1"), ("10.0.0.1", "m3"), ("10.0.0.2", "")]
+    assert group_numbers(places) == (0, 1, 0, 2, 3)  # no machine id (no shared memory): alone
