@@ -15,6 +15,9 @@ the same key, ``barrier`` and ``close`` wait for it. Parts held by a server on t
 same machine travel through shared memory (:mod:`clipflow.ps.shm`); :meth:`KVStore.buffer`
 hands out that memory as the key's tensor, which saves copying into it and out of it.
 
+In the ``_device`` modes the workers of one host push through their host group
+(:mod:`clipflow.ps.hostgroup`): one push per key part per host, its value shared back.
+
 The KVStore turns calls into requests; :class:`clipflow.ps.customer.Customer` sends them and
 collects their replies. Misuse (a bad key, shape or argument, a key not initialised) raises
 ClipflowError before anything is sent; a failure of the servers to answer properly (an error
