@@ -99,10 +99,11 @@ class KVStore:
         # servers on this machine (same advertised host, same boot id): parts go through shared memory
         self._local = {a.rank for a in welcome.servers if here and a.machine == here and a.host == cfg.node_host}
         self._shared: dict[int, _Shared] = {}  # key -> its region, where servers on this machine hold parts
-        self._group = _host_group(mode, cfg, link, welcome, log)  # per-host aggregation (_device modes)
+        self._group: HostGroup | None = None
         _live.add(self)
         _install_excepthook()
         atexit.register(self.close)
+        self._group = _host_group(mode, cfg, link, welcome, log)  # per-host aggregation (_device modes)
 
     @classmethod
     def create(cls, mode: str = "dist_sync", cfg: PSConfig | None = None) -> KVStore:
@@ -223,13 +224,16 @@ class KVStore:
         _, out_list = _as_lists(keys, outs, "outs")
         if len(set(key_list)) != len(key_list):
             raise ClipflowError(f"pushpull keys must be distinct, got {key_list}")
-        if self._group is not None:  # through the host group: its leader pushes the sum, then shares the value
-            for k, v in zip(key_list, value_list, strict=True):
-                self.push(k, v)
-            self.pull(key_list, out_list)
-            return
         infos = [self._info(k) for k in key_list]
         flats = [_flat32(k, v, i.shape) for k, v, i in zip(key_list, value_list, infos, strict=True)]
+        group = self._group
+        if group is not None:  # the host group's leader pushes its sums and shares the values; the others wait
+            self._customer.settle(key_list)
+            summed = [group.push(k, f) for k, f in zip(key_list, flats, strict=True)]
+            if not group.is_leader:
+                self.pull(key_list, out_list)
+                return
+            flats = [s for s in summed if s is not None]
         targets = [
             _Target(_out_list(k, o, i.shape), i.numel) for k, o, i in zip(key_list, out_list, infos, strict=True)
         ]
@@ -239,6 +243,9 @@ class KVStore:
             for p in info.parts:
                 seqs[self._send_grad(Op.PUSHPULL, k, info, p, flat)] = (target, p)
         self._fill(Op.PUSHPULL, seqs)
+        if group is not None:
+            for k, target in zip(key_list, targets, strict=True):
+                group.share(k, target.buffer)
 
     def broadcast(self, key: int, value: torch.Tensor, out: TensorOrList) -> None:
         """Rank 0's ``value`` ends up in every worker's ``out`` (initialising ``key`` if needed)."""
