@@ -25,14 +25,14 @@ from clipflow.ps.wire import Message, Op, WireError, decode, encode, shown
 
 
 def _run_exact(
-    make_cluster: Callable[..., Cluster], tmp: Path, mode: str, delayed: int | None = None
+    make_cluster: Callable[..., Cluster], tmp: Path, mode: str, delayed: int | None = None, **env: str
 ) -> tuple[dict, list[dict]]:
     tmp.mkdir()
-    cluster = make_cluster(2, 4, CLIPFLOW_TEST_DIR=str(tmp), MXNET_KVSTORE_BIGARRAY_BOUND=BOUND)
+    cluster = make_cluster(2, 4, CLIPFLOW_TEST_DIR=str(tmp), MXNET_KVSTORE_BIGARRAY_BOUND=BOUND, **env)
     workers = start_two_hosts(cluster, "exact", mode, delayed)
     cluster.wait_ok()
     results = [torch.load(tmp / f"results-{r}.pt") for r in range(4)]
-    return results[0], [w.facts() for w in workers] + [{"results": results}]
+    return results[0], [w.facts() | {"stderr": w.stderr()} for w in workers] + [{"results": results}]
 
 
 def test_one_push_per_host_and_exact_sums(make_cluster: Callable[..., Cluster], tmp_path: Path) -> None:
@@ -52,6 +52,17 @@ def test_one_push_per_host_and_exact_sums(make_cluster: Callable[..., Cluster], 
         assert got.keys() == plain.keys()
         assert all(torch.equal(got[k], plain[k]) for k in plain)
     assert all(torch.equal(device[k], plain[k]) for k in plain)
+
+
+def test_without_shared_memory_device_modes_push_plainly_and_say_so_once(
+    make_cluster: Callable[..., Cluster], tmp_path: Path
+) -> None:
+    plain, facts = _run_exact(make_cluster, tmp_path / "noshm", "dist_sync_device", CLIPFLOW_PS_SHM="0")
+    assert [set(p) for p in facts[0]["pushes"]] == [{"0", "1", "2", "3"}] * 2
+    for rank, f in enumerate(facts[:4]):
+        line = "mode dist_sync_device: no per-host aggregation (CLIPFLOW_PS_SHM=0); every worker pushes its own values"
+        assert f["stderr"].count(line) == 1, f["stderr"]
+        assert f["rank"] == rank  # and each checked its results against (w0 + w1) + (w2 + w3): the same order
 
 
 def test_sum_order_does_not_follow_arrivals(make_cluster: Callable[..., Cluster], tmp_path: Path) -> None:
@@ -141,4 +152,4 @@ def test_a_welcome_with_bad_groups_is_refused(groups: object) -> None:
 
 def test_group_numbers_follow_host_and_machine() -> None:
     places = [("10.0.0.1", "m1"), ("10.0.0.2", "m2"), ("10.0.0.1", "m1"), ("10.0.0.1", "m3"), ("10.0.0.2", "")]
-    assert group_numbers(places) == (0, 1, 0, 2, 3)  # no machine id (no shared memory): alone
+    assert group_numbers(places) == (0, 1, 0, 2, 3)  # no machine id: alone

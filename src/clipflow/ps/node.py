@@ -25,7 +25,7 @@ from clipflow.ps.env import HOST, PSConfig
 from clipflow.ps.heartbeat import Heartbeat, exit_process
 from clipflow.ps.log import Log
 from clipflow.ps.security import insecure_warning, keys_for, start_authenticator, stop_authenticator
-from clipflow.ps.shm import available, machine_id
+from clipflow.ps.shm import machine_id
 from clipflow.ps.transport import INVALID_OP, Channel, connect, make_context, make_socket
 from clipflow.ps.wire import Message, Op, WireError, shown
 
@@ -157,7 +157,8 @@ class Welcome:
 
 def group_numbers(places: list[tuple[str, str]]) -> tuple[int, ...]:
     """Each worker's host group, from (host, machine id) by rank: equal pairs share a group (a worker with no
-    machine id, one without shared memory, is alone); groups are numbered by their lowest rank."""
+    machine id is alone); groups are numbered by their lowest rank. The groups fix the order of every sum, with
+    or without per-host aggregation."""
     numbers: dict[tuple[str, str] | int, int] = {}
     out = []
     for rank, (host, machine) in enumerate(places):
@@ -210,9 +211,7 @@ class NodeLink:
         deadline = time.monotonic() + cfg.startup_timeout
         registered = False
         sent_at = 0.0
-        # a worker without shared memory gives no machine id: it shares no host group (clipflow.ps.hostgroup)
-        machine = machine_id() if self.role == "server" or (cfg.shm and available()) else ""
-        fields = Registration(self.role, cfg.node_host, port, cfg.rank, machine).to_fields()
+        fields = Registration(self.role, cfg.node_host, port, cfg.rank, machine_id()).to_fields()
         while True:
             self.check_abort()
             remaining = deadline - time.monotonic()
