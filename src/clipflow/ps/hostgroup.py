@@ -192,9 +192,10 @@ class HostGroup:
             got = self._channel.recv(POLL_S)
             if got is None:
                 continue
-            msg = got[1]
+            peer, msg = got
             fields = (msg.get("rank"), msg.get("key"), msg.get("round"))
-            if not all(isinstance(v, int) and not isinstance(v, bool) for v in fields):
+            sender_ok = peer is None or peer == f"m{fields[0]}".encode()  # a member speaks for itself only
+            if not sender_ok or not all(isinstance(v, int) and not isinstance(v, bool) for v in fields):
                 self._log.error(f"dropped a bad {msg.op} in the host group: {msg.describe()}")
                 continue
             self._inbox[(msg.op, *fields)] = msg
