@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import argparse
 
-from clipflow.cli.args import at_least_zero, count, host_args, port, seconds, ssh_args, ssh_settings
+from clipflow.cli.args import (
+    at_least_zero,
+    count,
+    host_args,
+    number_setting,
+    port,
+    seconds,
+    ssh_args,
+    ssh_settings,
+)
 from clipflow.errors import ClipflowError
 from clipflow.schemas import config_defaults
 
@@ -35,7 +44,8 @@ def cmd_check(a: argparse.Namespace) -> int:
 
     if a.storage and not a.marker_dir:
         raise ClipflowError("--storage needs --marker-dir: the folder of the run's files, where the marker goes")
-    check_plan(Plan.read(a.plan), a.path, a.min_free_gb, a.out, storage=a.storage, marker_dir=a.marker_dir)
+    check_plan(Plan.read(a.plan), a.path, a.min_free_gb, a.out, storage=a.storage, marker_dir=a.marker_dir,
+               link_seconds=a.link_check_s if a.link_check else None)  # fmt: skip
     return 0
 
 
@@ -144,6 +154,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="decide cluster.storage with a marker in --marker-dir (default: no decision; the paths must "
                    "exist on every host)")  # fmt: skip
     p.add_argument("--marker-dir", default="", help="where the run's files live here (results/<run>/cluster)")
+    p.add_argument("--link-check", default=defaults["link_check"], action=argparse.BooleanOptionalAction,
+                   help="measure the links between every pair of hosts (cluster.link_check)")  # fmt: skip
+    p.add_argument("--link-check-s", type=number_setting("cluster", "link_check_s"),
+                   default=float(defaults["link_check_s"]), help="seconds each pair sends each way")  # fmt: skip
     p.add_argument("--out", required=True, help="the checks as JSON")
     p.set_defaults(func=cmd_check)
     p = cluster.add_parser("sync", help="rsync the working folder to every host of a plan")

@@ -1,0 +1,117 @@
+"""The link check of `clipflow cluster check` between three sshd hosts in network namespaces (tests/netns_hosts.py).
+
+One pair of hosts is slowed with tc inside both of its namespaces: an htb qdisc (its default 0 lets unclassified
+packets through unshaped) with one 20 Mbit/s class, and a u32 filter sending only the packets to the other host
+of the pair there (htb, as this machine's kernel has neither prio nor netem). The other pairs keep their unshaped veths. Every tc rule is removed at the end of the test,
+since the hosts are shared with the module's other tests.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import REPO, python_env
+from netns_hosts import NetnsHosts, ssh_hosts  # noqa: F401
+
+from clipflow.cluster.ports import free_port
+
+pytestmark = pytest.mark.hosts
+SLOW = "20mbit"
+
+
+def run(hosts: NetnsHosts, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python -m clipflow ARGS`` on the launching side (HOME = local_home, the admin agent)."""
+    env = {**python_env(), "HOME": str(hosts.local_home), **hosts.agent_env}
+    return subprocess.run(
+        [sys.executable, "-m", "clipflow", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.fixture(scope="module")
+def plan(ssh_hosts: NetnsHosts, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: F811
+    """The job's key authorised on the three hosts and a plan of a worker and a server on each, whose roles run
+    this checkout's clipflow."""
+    work = tmp_path_factory.mktemp("links")
+    hosts_file = work / "hosts"
+    hosts_file.write_text("".join(f"{h.target}\n" for h in ssh_hosts.hosts))
+    python = work / "python-under-test"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={REPO / "src"} exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    ssh = ["--ssh-key", str(ssh_hosts.local_home / ".ssh" / "id_ed25519"), "--known-hosts", str(work / "known_hosts")]
+    done = run(ssh_hosts, "cluster", "keys", "--hosts-file", str(hosts_file), *ssh)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = work / "plan.json"
+    args = ["--launcher", "ssh", "--hosts-file", str(hosts_file), "--num-workers", "3", "--num-servers", "3"]
+    done = run(ssh_hosts, "cluster", "plan", *args, "--root-port", str(free_port()), *ssh, "--python", str(python),
+               "--out", str(out))  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return out
+
+
+def tc(hosts: NetnsHosts, i: int, *args: str) -> subprocess.CompletedProcess:
+    return hosts.run_in(i, ["tc", *args], capture_output=True, text=True, timeout=30)
+
+
+@pytest.fixture
+def slow_pair(ssh_hosts: NetnsHosts) -> Iterator[tuple[int, int]]:  # noqa: F811
+    """Hosts 0 and 1 joined at 20 Mbit/s each way; their links to host 2 untouched."""
+    pair = (0, 1)
+    try:
+        for i, j in (pair, pair[::-1]):
+            other = ssh_hosts.hosts[j].address
+            for args in (
+                ["qdisc", "add", "dev", "eth0", "root", "handle", "1:", "htb"],
+                ["class", "add", "dev", "eth0", "parent", "1:", "classid", "1:20", "htb", "rate", SLOW, "ceil", SLOW,
+                 "quantum", "1514"],
+                ["filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip", "prio", "1", "u32", "match", "ip",
+                 "dst", f"{other}/32", "flowid", "1:20"],
+            ):  # fmt: skip
+                done = tc(ssh_hosts, i, *args)
+                if done.returncode != 0:
+                    pytest.skip(f"cannot shape a link here (tc {' '.join(args)}: {done.stderr.strip()})")
+        yield pair
+    finally:
+        for i in pair:
+            tc(ssh_hosts, i, "qdisc", "del", "dev", "eth0", "root")
+        for i in range(3):
+            assert "htb" not in tc(ssh_hosts, i, "qdisc", "show", "dev", "eth0").stdout
+
+
+def test_the_link_check_names_the_one_slow_pair(
+    ssh_hosts: NetnsHosts,  # noqa: F811
+    plan: Path,
+    slow_pair: tuple[int, int],
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "checks.json"
+    done = run(ssh_hosts, "cluster", "check", "--plan", str(plan), "--out", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    links = json.loads(out.read_text())["links"]
+    names = [h.target for h in ssh_hosts.hosts]
+    slow = {names[slow_pair[0]], names[slow_pair[1]]}
+    assert links["measured"] and len(links["pairs"]) == 3, links
+    figures = {frozenset((p["a"], p["b"])): p for p in links["pairs"]}
+    assert figures[frozenset(slow)]["gbit_s"] < 0.03, links  # 20 Mbit/s shaped (tc's rate counts IP bytes)
+    assert all(p["gbit_s"] > 0.1 for k, p in figures.items() if k != slow), links  # the unshaped veths
+    assert all(0 < p["latency_ms"] for p in links["pairs"]), links
+    assert [{s["a"], s["b"]} for s in links["straggler"]] == [slow], links
+    a, b = sorted(slow)
+    assert f"likely straggler: {a} <-> {b}" in done.stdout, done.stdout
+    for p in links["pairs"]:  # the console's table has a row per pair
+        assert f"{p['a']} <-> {p['b']}" in done.stdout, done.stdout
+
+
+def test_the_link_check_can_be_skipped(ssh_hosts: NetnsHosts, plan: Path, tmp_path: Path) -> None:  # noqa: F811
+    out = tmp_path / "checks.json"
+    done = run(ssh_hosts, "cluster", "check", "--plan", str(plan), "--no-link-check", "--out", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    links = json.loads(out.read_text())["links"]
+    assert links == {"measured": False, "note": "skipped (cluster.link_check: false)", "seconds": 0.0, "pairs": [],
+                     "straggler": []}  # fmt: skip
+    assert "links: skipped" in done.stdout
+    assert "<->" not in done.stdout
