@@ -2,8 +2,9 @@
 
 One pair of hosts is slowed with tc inside both of its namespaces: an htb qdisc (its default 0 lets unclassified
 packets through unshaped) with one 20 Mbit/s class, and a u32 filter sending only the packets to the other host
-of the pair there (htb, as this machine's kernel has neither prio nor netem). The other pairs keep their unshaped veths. Every tc rule is removed at the end of the test,
-since the hosts are shared with the module's other tests.
+of the pair there (htb, as this machine's kernel has neither prio nor netem). The other pairs keep their
+unshaped veths. Every tc rule is removed at the end of the test, since the hosts are shared with the module's other
+tests.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from helpers import REPO, python_env
 from netns_hosts import NetnsHosts, ssh_hosts  # noqa: F401
 
 from clipflow.cluster.ports import free_port
+from clipflow.models.builder import build_model
+from clipflow.recipe import load_recipe
 
 pytestmark = pytest.mark.hosts
 SLOW = "20mbit"
@@ -89,7 +92,8 @@ def test_the_link_check_names_the_one_slow_pair(
     tmp_path: Path,
 ) -> None:
     out = tmp_path / "checks.json"
-    done = run(ssh_hosts, "cluster", "check", "--plan", str(plan), "--out", str(out))
+    done = run(ssh_hosts, "cluster", "check", "--plan", str(plan), "--recipe", "slowfast_tiny_synthetic",
+               "--kvstore", "dist_sync_device", "--out", str(out))  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     links = json.loads(out.read_text())["links"]
     names = [h.target for h in ssh_hosts.hosts]
@@ -105,6 +109,18 @@ def test_the_link_check_names_the_one_slow_pair(
     for p in links["pairs"]:  # the console's table has a row per pair
         assert f"{p['a']} <-> {p['b']}" in done.stdout, done.stdout
 
+    # the prediction: the slowest host link is the slow pair's; the model's gradient; a timed step
+    prediction = links["prediction"]
+    assert prediction["gbit_s"] == figures[frozenset(slow)]["gbit_s"], prediction
+    model = build_model(load_recipe("slowfast_tiny_synthetic")["model"])
+    grad = 4 * sum(p.numel() for p in model.parameters())
+    assert prediction["grad_bytes"] == grad and prediction["compute_measured"] and prediction["compute_s"] > 0
+    assert (prediction["hosts"], prediction["workers_per_host"], prediction["uses"]) == (3, 1, "ps-host")
+    ps_host = prediction["backends"]["ps-host"]
+    assert ps_host["bytes_per_host"] == 2 * 2 / 3 * grad  # what a ring over the hosts sends
+    assert ps_host["exchange_s"] > ps_host["bytes_per_host"] * 8 / (prediction["gbit_s"] * 1e9)  # plus latency
+    assert "predicted step (3 hosts x 1 workers" in done.stdout and "<- this run" in done.stdout, done.stdout
+
 
 def test_the_link_check_can_be_skipped(ssh_hosts: NetnsHosts, plan: Path, tmp_path: Path) -> None:  # noqa: F811
     out = tmp_path / "checks.json"
@@ -112,6 +128,6 @@ def test_the_link_check_can_be_skipped(ssh_hosts: NetnsHosts, plan: Path, tmp_pa
     assert done.returncode == 0, done.stdout + done.stderr
     links = json.loads(out.read_text())["links"]
     assert links == {"measured": False, "note": "skipped (cluster.link_check: false)", "seconds": 0.0, "pairs": [],
-                     "straggler": []}  # fmt: skip
+                     "straggler": [], "prediction": None}  # fmt: skip
     assert "links: skipped" in done.stdout
     assert "<->" not in done.stdout

@@ -27,6 +27,7 @@ from pathlib import Path
 from clipflow.cluster.hostsfile import Host
 from clipflow.cluster.links import LinkCheck, format_links, measure_links
 from clipflow.cluster.plan import Plan
+from clipflow.cluster.prediction import PredictionInputs, format_prediction
 from clipflow.cluster.remote_python import RemoteScriptError, run_remote_python
 from clipflow.cluster.ssh import SshSettings, connect
 from clipflow.cluster.storage_decision import StorageDecision, StorageMarker, decide_storage, judge_paths
@@ -177,13 +178,14 @@ def failure_message(checks: list[HostCheck]) -> str | None:
 
 def check_plan(plan: Plan, paths: list[str], min_free_gb: float, out: str | Path, log=print,
                storage: str = "", marker_dir: str | Path = "", link_seconds: float | None = None,
-               ) -> list[HostCheck]:  # fmt: skip
+               predict: PredictionInputs | None = None) -> list[HostCheck]:  # fmt: skip
     """Checks every host of ``plan`` (``paths`` as absolute paths there), logs the table, writes the checks to
     ``out``; raises ClipflowError naming each bad host and why. ``storage`` (cluster.storage: auto, shared or
     local; empty: not decided, the paths must exist on every host) is decided with a marker in ``marker_dir``,
     printed and recorded in ``out``; with local storage the paths need not exist on the hosts. Once every host
     passed, the links between them are measured for ``link_seconds`` each way (:mod:`clipflow.cluster.links`;
-    None: skipped, cluster.link_check false), logged as a table and recorded under "links"."""
+    None: skipped, cluster.link_check false), logged as a table and recorded under "links"; with ``predict`` (the
+    recipe and the back end), the plan's step time on those links is predicted and recorded with them."""
     settings = plan.ssh_settings()
     paths = [str(Path(p).absolute()) for p in paths]
     checks = []
@@ -206,10 +208,14 @@ def check_plan(plan: Plan, paths: list[str], min_free_gb: float, out: str | Path
     else:
         try:
             links = measure_links(plan, link_seconds, log)
+            if predict is not None and links.measured:
+                links.prediction = predict.predict(plan, [asdict(p) for p in links.pairs])
         except ClipflowError as exc:
             write_checks(checks, out, decision, LinkCheck(False, f"failed: {exc}", link_seconds))
             raise
     log(format_links(links))
+    if links.prediction:
+        log(format_prediction(links.prediction))
     write_checks(checks, out, decision, links)
     if problem:
         raise ClipflowError(problem)

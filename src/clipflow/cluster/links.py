@@ -58,6 +58,7 @@ class LinkCheck:
     seconds: float = 0.0
     pairs: list[LinkFigures] = field(default_factory=list)
     straggler: list[dict] = field(default_factory=list)  # {"a", "b", "why"} for each pair far below the others
+    prediction: dict | None = None  # the plan's step time per back end (clipflow.cluster.prediction)
 
     def to_dict(self) -> dict:
         return asdict(self)
