@@ -131,3 +131,20 @@ def test_the_link_check_can_be_skipped(ssh_hosts: NetnsHosts, plan: Path, tmp_pa
                      "straggler": [], "prediction": None}  # fmt: skip
     assert "links: skipped" in done.stdout
     assert "<->" not in done.stdout
+
+
+def test_one_host_has_no_link_to_measure(ssh_hosts: NetnsHosts, plan: Path, tmp_path: Path) -> None:  # noqa: F811
+    one = json.loads(plan.read_text())
+    one["hosts"] = one["hosts"][:1]
+    one["roles"] = [r for r in one["roles"] if r["host"] == one["hosts"][0]]
+    (tmp_path / "plan.json").write_text(json.dumps(one))
+    out = tmp_path / "checks.json"
+    done = run(ssh_hosts, "cluster", "check", "--plan", str(tmp_path / "plan.json"), "--out", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    links = json.loads(out.read_text())["links"]
+    assert (links["measured"], links["pairs"], links["note"]) == (
+        False,
+        [],
+        "one host: no link between hosts to measure",
+    )
+    assert "links: one host: no link between hosts to measure" in done.stdout
