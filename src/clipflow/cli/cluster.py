@@ -53,7 +53,8 @@ def cmd_check(a: argparse.Namespace) -> int:
         recipe = load_recipe(a.recipe, json_object(a.overrides))
         predict = PredictionInputs(recipe, selected_backend(a.backend, a.kvstore), a.compute_s)
     check_plan(Plan.read(a.plan), a.path, a.min_free_gb, a.out, storage=a.storage, marker_dir=a.marker_dir,
-               link_seconds=a.link_check_s if a.link_check else None, predict=predict)  # fmt: skip
+               link_seconds=a.link_check_s if a.link_check else None, predict=predict, backend=a.backend,
+               kvstore=a.kvstore)  # fmt: skip
     return 0
 
 
@@ -168,7 +169,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    default=float(defaults["link_check_s"]), help="seconds each pair sends each way")  # fmt: skip
     p.add_argument("--recipe", default="", help="predict the step time of this recipe's model on the measured links")
     p.add_argument("--overrides", default="{}", help="JSON deep-merged into the recipe")
-    p.add_argument("--backend", default=config_defaults("train")["backend"], choices=["ps", "ddp"])
+    p.add_argument("--backend", default=config_defaults("train")["backend"], choices=["ps", "ddp"],
+                   help="the run's back end: the link check's all-reduce and the prediction use it")  # fmt: skip
     p.add_argument("--kvstore", default=config_defaults("train")["kvstore"],
                    choices=["dist_sync", "dist_async", "dist_sync_device", "dist_async_device"])  # fmt: skip
     p.add_argument("--compute-s", type=seconds, default=None,

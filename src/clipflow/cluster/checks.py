@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from clipflow.cluster.allreduce import format_allreduce, measure_allreduce
 from clipflow.cluster.hostsfile import Host
 from clipflow.cluster.links import LinkCheck, format_links, measure_links
 from clipflow.cluster.plan import Plan
@@ -178,14 +179,18 @@ def failure_message(checks: list[HostCheck]) -> str | None:
 
 def check_plan(plan: Plan, paths: list[str], min_free_gb: float, out: str | Path, log=print,
                storage: str = "", marker_dir: str | Path = "", link_seconds: float | None = None,
-               predict: PredictionInputs | None = None) -> list[HostCheck]:  # fmt: skip
+               predict: PredictionInputs | None = None, backend: str = "ps",
+               kvstore: str = "dist_sync") -> list[HostCheck]:  # fmt: skip
     """Checks every host of ``plan`` (``paths`` as absolute paths there), logs the table, writes the checks to
     ``out``; raises ClipflowError naming each bad host and why. ``storage`` (cluster.storage: auto, shared or
     local; empty: not decided, the paths must exist on every host) is decided with a marker in ``marker_dir``,
     printed and recorded in ``out``; with local storage the paths need not exist on the hosts. Once every host
     passed, the links between them are measured for ``link_seconds`` each way (:mod:`clipflow.cluster.links`;
     None: skipped, cluster.link_check false), logged as a table and recorded under "links"; with ``predict`` (the
-    recipe and the back end), the plan's step time on those links is predicted and recorded with them."""
+    recipe and the back end), the plan's step time on those links is predicted and recorded with them. Then one
+    all-reduce across all the plan's workers with ``backend`` (ps: the ``kvstore`` mode) on the plan's own roles
+    (:mod:`clipflow.cluster.allreduce`, the roles' logs beside ``out`` in ``allreduce_logs``), recorded with the
+    links; a sum that fails is a note there, roles that cannot start at all a ClipflowError."""
     settings = plan.ssh_settings()
     paths = [str(Path(p).absolute()) for p in paths]
     checks = []
@@ -214,6 +219,14 @@ def check_plan(plan: Plan, paths: list[str], min_free_gb: float, out: str | Path
             write_checks(checks, out, decision, LinkCheck(False, f"failed: {exc}", link_seconds))
             raise
     log(format_links(links))
+    if links.measured:
+        try:
+            links.allreduce = measure_allreduce(plan, backend, kvstore, Path(out).parent / "allreduce_logs")
+        except ClipflowError as exc:
+            links.allreduce = {"backend": backend, "ok": False, "note": f"failed: {exc}"}
+            write_checks(checks, out, decision, links)
+            raise
+        log(format_allreduce(links.allreduce))
     if links.prediction:
         log(format_prediction(links.prediction))
     write_checks(checks, out, decision, links)

@@ -59,6 +59,7 @@ class LinkCheck:
     pairs: list[LinkFigures] = field(default_factory=list)
     straggler: list[dict] = field(default_factory=list)  # {"a", "b", "why"} for each pair far below the others
     prediction: dict | None = None  # the plan's step time per back end (clipflow.cluster.prediction)
+    allreduce: dict | None = None  # one sum across all workers with the run's back end (clipflow.cluster.allreduce)
 
     def to_dict(self) -> dict:
         return asdict(self)
