@@ -1,4 +1,5 @@
-"""The link check of `clipflow cluster check` between three sshd hosts in network namespaces (tests/netns_hosts.py).
+"""The link check of `clipflow cluster check` between three sshd hosts in network namespaces (tests/netns_hosts.py):
+the pairs' links, and the all-reduce across the plan's three workers with each back end.
 
 One pair of hosts is slowed with tc inside both of its namespaces: an htb qdisc (its default 0 lets unclassified
 packets through unshaped) with one 20 Mbit/s class, and a u32 filter sending only the packets to the other host
@@ -10,6 +11,7 @@ tests.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,6 +21,7 @@ import pytest
 from helpers import REPO, python_env
 from netns_hosts import NetnsHosts, ssh_hosts  # noqa: F401
 
+from clipflow.cluster.allreduce import BYTES
 from clipflow.cluster.ports import free_port
 from clipflow.models.builder import build_model
 from clipflow.recipe import load_recipe
@@ -121,6 +124,52 @@ def test_the_link_check_names_the_one_slow_pair(
     assert ps_host["exchange_s"] > ps_host["bytes_per_host"] * 8 / (prediction["gbit_s"] * 1e9)  # plus latency
     assert "predicted step (3 hosts x 1 workers" in done.stdout and "<- this run" in done.stdout, done.stdout
 
+    # the all-reduce on the run's back end (ps, dist_sync_device) across the three workers, the slow pair included
+    assert_summed(links["allreduce"], "ps", "dist_sync_device", done.stdout)
+
+
+def assert_summed(allreduce: dict, backend: str, mode: str, console: str) -> None:
+    """The check's all-reduce ran on ``backend`` across the plan's three workers and summed what it was asked to."""
+    assert allreduce["ok"] and allreduce["note"] == "", allreduce
+    assert (allreduce["backend"], allreduce["mode"], allreduce["workers"]) == (backend, mode, 3), allreduce
+    assert allreduce["bytes"] == BYTES and allreduce["seconds"] > 0, allreduce  # the bytes worker 0 reduced
+    assert allreduce["factor"] == 2 * 2 / 3  # a ring's bytes on each worker's link, 3 workers
+    assert allreduce["gbit_s"] == BYTES * allreduce["factor"] * 8 / allreduce["seconds"] / 1e9, allreduce
+    assert f"all-reduce ({backend} {mode}, 3 workers, 4.19 MB): " in console and "Gbit/s bus bandwidth" in console
+    assert "clipflow cluster: all-reduce failed" not in console
+
+
+def test_the_link_check_sums_across_all_workers_with_ddp(ssh_hosts: NetnsHosts, plan: Path,  # noqa: F811
+                                                         tmp_path: Path) -> None:  # fmt: skip
+    out = tmp_path / "checks.json"
+    done = run(ssh_hosts, "cluster", "check", "--plan", str(plan), "--backend", "ddp", "--link-check-s", "0.1",
+               "--out", str(out))  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert_summed(json.loads(out.read_text())["links"]["allreduce"], "ddp", "gloo", done.stdout)
+    assert (tmp_path / "allreduce_logs" / "worker-2.log").is_file()  # the roles' logs, beside checks.json
+
+
+def test_an_all_reduce_that_fails_is_a_note_naming_the_cause(ssh_hosts: NetnsHosts, plan: Path,  # noqa: F811
+                                                             tmp_path: Path) -> None:  # fmt: skip
+    """A plan whose CURVE key folder is gone (the host checks do not read it; the roles do): the stage passes, the
+    all-reduce's note names the role that failed, its host and the missing folder."""
+    job = json.loads(plan.read_text())
+    assert job["security"] == "curve", job  # auto, with the scheduler beyond loopback
+    job["keys_dir"] = str(tmp_path / "no_keys")
+    (tmp_path / "plan.json").write_text(json.dumps(job))
+    out = tmp_path / "checks.json"
+    done = run(ssh_hosts, "cluster", "check", "--plan", str(tmp_path / "plan.json"), "--link-check-s", "0.1",
+               "--out", str(out))  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    links = json.loads(out.read_text())["links"]
+    allreduce = links["allreduce"]
+    assert links["measured"] and not allreduce["ok"] and allreduce["seconds"] is None, allreduce
+    hosts = "|".join(re.escape(h) for h in job["hosts"])
+    assert re.match(rf"all-reduce failed: (scheduler|server|worker) \d on ({hosts}) failed \(exit code 2\)",
+                    allreduce["note"]), allreduce  # fmt: skip
+    assert f"CLIPFLOW_PS_KEYS={tmp_path / 'no_keys'} is not a folder" in allreduce["note"], allreduce
+    assert "all-reduce (ps dist_sync, 3 workers, 4.19 MB): all-reduce failed: " in done.stdout, done.stdout
+
 
 def test_the_link_check_can_be_skipped(ssh_hosts: NetnsHosts, plan: Path, tmp_path: Path) -> None:  # noqa: F811
     out = tmp_path / "checks.json"
@@ -128,7 +177,7 @@ def test_the_link_check_can_be_skipped(ssh_hosts: NetnsHosts, plan: Path, tmp_pa
     assert done.returncode == 0, done.stdout + done.stderr
     links = json.loads(out.read_text())["links"]
     assert links == {"measured": False, "note": "skipped (cluster.link_check: false)", "seconds": 0.0, "pairs": [],
-                     "straggler": [], "prediction": None}  # fmt: skip
+                     "straggler": [], "prediction": None, "allreduce": None}  # fmt: skip
     assert "links: skipped" in done.stdout
     assert "<->" not in done.stdout
 

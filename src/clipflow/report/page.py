@@ -209,6 +209,7 @@ def _links(checks: dict | None, history: list[dict]) -> str:
     named = ", ".join(f"{a} <-> {b}" for a, b in slow) or "none: no pair far below the others"
     part += (f'<p class="caption">ZeroMQ TCP between every pair of hosts, {links.get("seconds")} s each way; the '
              f"likely straggler: {html.escape(named)}.</p>")  # fmt: skip
+    part += _allreduce(links.get("allreduce"))
     prediction = links.get("prediction")
     if prediction:
         measured = _measured_step(history)
@@ -229,6 +230,20 @@ def _links(checks: dict | None, history: list[dict]) -> str:
                  "worker's batch over its clips/s (data loading included); its efficiency the same compute time "
                  "over it.</p>")  # fmt: skip
     return part
+
+
+def _allreduce(figures: dict | None) -> str:
+    """The link check's all-reduce across all workers: its seconds and bus bandwidth, or what went wrong."""
+    if not figures:
+        return ""
+    what = f"{figures.get('backend')} {figures.get('mode', '')}".strip()
+    if not figures.get("ok"):
+        return f"<p>All-reduce across all workers ({html.escape(what)}): {html.escape(str(figures.get('note')))}</p>"
+    rows = [[what, figures["workers"], figures["bytes"] / 1e6, figures["seconds"], figures["gbit_s"]]]
+    part = table(["back end", "workers", "MB summed", "seconds", "bus Gbit/s"], rows)
+    return part + (f'<p class="caption">One sum of {figures["bytes"] / 1e6:.3g} MB across all the workers on the '
+                   f"run's own roles, the mean of {figures['rounds']} rounds after a warm-up; bus Gbit/s: the bytes x "
+                   f"{figures['factor']:.3g} / seconds ({html.escape(figures['factor_of'])}).</p>")  # fmt: skip
 
 
 def _storage(checks: dict | None, staged: dict | None) -> str:
