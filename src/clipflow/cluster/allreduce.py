@@ -44,20 +44,25 @@ def bus_factor(workers: int) -> float:
 
 
 def measure_allreduce(plan: Plan, backend: str, mode: str, log_dir: str | Path, nbytes: int = BYTES,
-                      time_limit_s: float = TIME_LIMIT_S) -> dict:  # fmt: skip
+                      time_limit_s: float = TIME_LIMIT_S, own_disks: bool = False) -> dict:  # fmt: skip
     """Sums ``nbytes`` across the plan's workers with ``backend`` (ps with kvstore ``mode``, or ddp), the roles'
-    logs in ``log_dir``; the figures for checks.json (``ok`` false and a ``note`` when the sum failed or ran out
-    of time)."""
+    logs in ``log_dir``; the figures for checks.json (``ok`` false and a ``note`` when the sum failed, ran out
+    of time or was not run). The roles run in the home folder on ssh hosts (the check comes before the working
+    folder is synced). ``own_disks`` (storage local): the job's CURVE keys reach the hosts only at launch, so a
+    ps plan with keys is not run, saying so."""
     figures = {"backend": backend, "mode": mode if backend == "ps" else "gloo", "workers": plan.num_workers,
                "bytes": nbytes, "rounds": ROUNDS, "factor": bus_factor(plan.num_workers), "factor_of": FACTOR_OF,
                "seconds": None, "gbit_s": None, "ok": False, "note": ""}  # fmt: skip
     if backend == "ps":
         check_security(plan)  # refused here as the run would be
+        if plan.keys_dir and own_disks:
+            figures["note"] = "not run: with storage local the job's CURVE keys reach the hosts only at launch"
+            return figures
     python = plan.python or sys.executable
     argv = [python, "-m", "clipflow.cluster.allreduce_probe", backend, mode, str(nbytes), str(ROUNDS)]
     console = io.StringIO()
-    launcher = Launcher(role_commands(plan, argv, backend=backend), log_dir, grace_s=GRACE_S, console=console,
-                        time_limit_s=time_limit_s)  # fmt: skip
+    commands = role_commands(plan, argv, backend=backend, workdir="~")
+    launcher = Launcher(commands, log_dir, grace_s=GRACE_S, console=console, time_limit_s=time_limit_s)
     try:
         launcher.run()
     except ClipflowError as exc:  # a role's program cannot start here

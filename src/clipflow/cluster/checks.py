@@ -221,7 +221,9 @@ def check_plan(plan: Plan, paths: list[str], min_free_gb: float, out: str | Path
     log(format_links(links))
     if links.measured:
         try:
-            links.allreduce = measure_allreduce(plan, backend, kvstore, Path(out).parent / "allreduce_logs")
+            own_disks = decision is not None and decision.mode == "local"
+            logs = Path(out).parent / "allreduce_logs"
+            links.allreduce = measure_allreduce(plan, backend, kvstore, logs, own_disks=own_disks)
         except ClipflowError as exc:
             links.allreduce = {"backend": backend, "ok": False, "note": f"failed: {exc}"}
             write_checks(checks, out, decision, links)
