@@ -76,6 +76,12 @@ def cmd_launch(a: argparse.Namespace) -> int:
     source = Path(a.job) if a.job else None
     local = HostRun.of(a.staged, a.host_dir)
     on_notice = a.on_notice or config_defaults("train")["on_notice"]
+    if a.plan:  # the link check's prediction (checks.json beside the plan, ssh launcher), before any role starts
+        from clipflow.cluster.prediction import format_prediction, prediction_of
+
+        prediction = prediction_of(Path(a.plan).parent / "checks.json")
+        if prediction:
+            print(f"clipflow train: {format_prediction(prediction)}", flush=True)
     code = launch_training(job_from_args(a), a.log_dir, a.grace, on_notice, source, local, a.slurm_notice)
     if code == RESUMABLE:  # the launcher said where it stopped and that a rerun goes on from there
         return code
