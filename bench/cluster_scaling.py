@@ -1,12 +1,15 @@
 """Scaling across hosts on shaped links: ps (with and without per-host aggregation) against ddp/gloo.
 
 Hosts are network namespaces on this machine, each joined to one bridge by a veth pair (``eth0`` inside the
-host). Both ends of every veth are shaped with ``tc`` (an htb class for the rate, a netem qdisc under it for the
-delay): what a host sends is limited on its own side, what it receives on the bridge's side, so each host has
-the stated bandwidth both ways and a packet between two hosts waits the stated one-way latency (half on each
-side). Every host runs 2 workers (one per GPU of a real machine); the parameter server has one server per host
-and its scheduler on host 1; gloo's ranks are grouped by host. Processes start with ``ip netns exec``; the
-namespaces, links and processes are removed afterwards, also on Ctrl-C or a failure.
+host). Both ends of every veth are shaped with ``tc`` (an htb class at the stated rate): what a host sends is
+limited on its own side, what it receives on the bridge's side, so each host has the stated bandwidth both ways,
+as a full-duplex NIC. ``--latency-ms`` adds a one-way delay (a netem qdisc under each htb class, half on each
+side) where the kernel has netem; this machine's kernel has not (CONFIG_NET_SCH_NETEM off: only htb, tbf and
+ingress), so the default adds none and the bench measures the link's own latency (half the median round trip
+of a small message between hosts 1 and 2, about 0.01 ms) and predicts with it. Every host runs 2 workers (one
+per GPU of a real machine); the parameter server has one server per host and its scheduler on host 1; gloo's
+ranks are grouped by host. Processes start with ``ip netns exec``; the namespaces, links and processes are
+removed afterwards, also on Ctrl-C, SIGTERM or a failure (and leftovers of a killed run on the next start).
 
 A step is the compute, a sleep (this machine has 2 cores: real math would measure the CPU, not the links),
 then the exchange of every gradient bucket, timed: one ``KVStore.pushpull`` of all buckets for ``ps``
@@ -26,9 +29,9 @@ The setting, chosen so that the exchange weighs against the compute as on the do
   taken (the one-machine figure has no exchange in it; it includes data loading, as a real step does).
 * The ratio to keep: the time the gradient takes on a link over the compute, (138e6 B x 8 / 25 Gbit/s) /
   1.18 s = 0.0441 s / 1.18 s = 0.0374. The bench's defaults: 13.8 MB, 4 s of compute, 0.74 Gbit/s links:
-  0.149 s / 4 s = 0.0373. The one-way latency, 0.25 ms, is that of a placement group (about 0.07 ms) stretched
-  by the bench's longer step (4 s / 1.18 s) with room for netem's timer on a busy machine; it weighs nothing.
-  The printed header gives the ratio of the run.
+  0.149 s / 4 s = 0.0373. The latency weighs nothing at this step length: a placement group's 0.05-0.1 ms,
+  even stretched by the bench's longer step (4 s / 1.18 s), is 2 x 0.3 ms a step for the parameter server and
+  2 (P-1) x 0.3 ms for gloo's ring (P = 6: 3 ms), against 4 s. The printed header gives the ratio of the run.
 
 With these, the bound (:func:`clipflow.cluster.step_prediction.predict_step`) allows per-host aggregation
 0.952 at 3 hosts (exchange 2 x 2/3 x 0.149 s against 4 s of compute), ps without it 0.909 (2 workers a host;
@@ -39,11 +42,12 @@ exchange part of it, the scaling efficiency (the same back end's one-host step t
 worker does the same work), the bytes each host sent per step counted on its link (``eth0``'s tx_bytes inside
 the host, read after a barrier before and after the timed steps, over the steps; the mean and the largest
 host), the prediction (step time, efficiency, bytes), and the ratios: bytes per host over 2(N-1)/N of the
-gradient (a ring all-reduce over the hosts), ps-host's step time over ddp's, measured step over predicted.
+gradient (a ring all-reduce over the hosts), each run's step time over ddp's, the measured step over the
+predicted one and the measured exchange over the predicted one (the part the model is about).
 A table, then one JSON line; ``--out`` writes the JSON to a file as well.
 
 Usage (root: namespaces and tc): ``.venv/bin/python bench/cluster_scaling.py [--hosts 1,2,3] [--runs
-ps,ps-host,ddp] [--scale 10] [--compute-s 4] [--gbit 0.74] [--latency-ms 0.25] [--steps 6] [--warmup 1]
+ps,ps-host,ddp] [--scale 10] [--compute-s 4] [--gbit 0.74] [--latency-ms 0] [--steps 6] [--warmup 1]
 [--out FILE]``
 """
 
@@ -379,6 +383,10 @@ def ddp_rank(args: argparse.Namespace) -> None:
     print(json.dumps({**result, "grad_bytes": 4 * sum(sizes), "buckets": len(sizes)}), flush=True)
 
 
+def fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
 # -- figures ---------------------------------------------------------------------------------------------------
 
 
@@ -467,7 +475,7 @@ def main() -> None:
                 print(f"  {backend} on {n} host(s): {measured[backend, n]['step_s']:.3f} s a step", flush=True)
 
     head = (f"{'run':<9}{'hosts':>6}{'step s':>9}{'exch s':>8}{'eff':>7}{'MB/host':>9}{'MB max':>8}"
-            f"{'pred s':>8}{'p.eff':>7}{'pred MB':>9}{'x ring':>8}{'x pred':>8}{'x ddp':>7}")  # fmt: skip
+            f"{'pred s':>8}{'p.eff':>7}{'pred MB':>9}{'x ring':>8}{'x pred':>8}{'x p.ex':>8}{'x ddp':>7}")  # fmt: skip
     print(head)
     for backend in runs:
         for n in counts:
@@ -487,19 +495,18 @@ def main() -> None:
                 "predicted_bytes_per_host": round(pred.bytes_per_host),
                 "bytes_vs_ring": round(m["bytes_per_host"] / ring, 3) if n > 1 else None,
                 "step_vs_predicted": round(m["step_s"] / pred.step_s, 3),
+                "exchange_vs_predicted": round(m["exchange_s"] / pred.exchange_s, 3) if n > 1 else None,
                 "step_vs_ddp": round(m["step_s"] / measured["ddp", n]["step_s"], 3) if "ddp" in runs else None,
             }
             figures["runs"][f"{backend}_{n}"] = row
-
-            def fmt(v: float | None, spec: str) -> str:
-                return "-" if v is None else format(v, spec)
-
             print(f"{backend:<9}{n:>6}{m['step_s']:>9.3f}{m['exchange_s']:>8.3f}{eff:>7.3f}"
                   f"{m['bytes_per_host'] / 1e6:>9.2f}{m['bytes_per_host_max'] / 1e6:>8.2f}{pred.step_s:>8.3f}"
                   f"{pred.efficiency:>7.3f}{pred.bytes_per_host / 1e6:>9.2f}{fmt(row['bytes_vs_ring'], '8.2f'):>8}"
-                  f"{row['step_vs_predicted']:>8.3f}{fmt(row['step_vs_ddp'], '7.3f'):>7}")  # fmt: skip
+                  f"{row['step_vs_predicted']:>8.3f}{fmt(row['exchange_vs_predicted'], '8.2f'):>8}"
+                  f"{fmt(row['step_vs_ddp'], '7.3f'):>7}")  # fmt: skip
     print("eff: the one-host step over this one; x ring: bytes per host over 2(N-1)/N of the gradient; "
-          "x pred: measured step over predicted; x ddp: step over ddp/gloo's on as many hosts")  # fmt: skip
+          "x pred: measured step over predicted; x p.ex: measured exchange over predicted; x ddp: step over "
+          "ddp/gloo's on as many hosts")  # fmt: skip
     line = json.dumps(figures)
     if args.out:
         args.out.write_text(line + "\n")
