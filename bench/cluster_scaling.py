@@ -37,13 +37,14 @@ With these, the bound (:func:`clipflow.cluster.step_prediction.predict_step`) al
 0.952 at 3 hosts (exchange 2 x 2/3 x 0.149 s against 4 s of compute), ps without it 0.909 (2 workers a host;
 8 would give 0.714), ddp 0.952.
 
-Figures per run and host count: the step time (median over the timed steps of the slowest worker), the
-exchange part of it, the scaling efficiency (the same back end's one-host step time over this one: every
-worker does the same work), the bytes each host sent per step counted on its link (``eth0``'s tx_bytes inside
-the host, read after a barrier before and after the timed steps, over the steps; the mean and the largest
-host), the prediction (step time, efficiency, bytes), and the ratios: bytes per host over 2(N-1)/N of the
-gradient (a ring all-reduce over the hosts), each run's step time over ddp's, the measured step over the
-predicted one and the measured exchange over the predicted one (the part the model is about).
+Figures per run and host count: the step time (each worker's median over the timed steps, the mean over the
+workers; the slowest worker's per step, median over the steps, in the JSON), the exchange part of it, the
+scaling efficiency (the same back end's one-host step time over this one: every worker does the same work),
+the bytes each host sent per step counted on its link (``eth0``'s tx_bytes inside the host, read after a
+barrier before and after the timed steps, over the steps; the mean and the largest host), the prediction
+(step time, efficiency, bytes), and the ratios: bytes per host over 2(N-1)/N of the gradient (a ring
+all-reduce over the hosts), each run's step time over ddp's, the measured step over the predicted one and the
+measured exchange over the predicted one (the part the model is about).
 A table, then one JSON line; ``--out`` writes the JSON to a file as well.
 
 Usage (root: namespaces and tc): ``.venv/bin/python bench/cluster_scaling.py [--hosts 1,2,3] [--runs
@@ -391,13 +392,16 @@ def fmt(value: float | None, spec: str) -> str:
 
 
 def summarize(results: list[dict], n: int) -> dict:
-    """Step time: per step the slowest worker's, then the median over steps; bytes: per host, per step."""
+    """Step and exchange time: each worker's median over the timed steps, then the mean over the workers (in a
+    synchronous exchange every worker steps at the same pace; one that got its last reply first waits longest
+    in the next exchange). Also the slowest worker's step, per step, then the median over the steps. Bytes: per
+    host, per step."""
     steps = [max(r["step_s"][i] for r in results) for i in range(len(results[0]["step_s"]))]
-    exchanges = [max(r["exchange_s"][i] for r in results) for i in range(len(results[0]["exchange_s"]))]
     per_host = [results[h * WORKERS_PER_HOST]["tx_bytes"] / len(steps) for h in range(n)]
     return {
-        "step_s": statistics.median(steps),
-        "exchange_s": statistics.median(exchanges),
+        "step_s": statistics.mean(statistics.median(r["step_s"]) for r in results),
+        "exchange_s": statistics.mean(statistics.median(r["exchange_s"]) for r in results),
+        "step_s_slowest": statistics.median(steps),
         "bytes_per_host": statistics.mean(per_host),
         "bytes_per_host_max": max(per_host),
         "grad_bytes": results[0]["grad_bytes"],
@@ -487,6 +491,7 @@ def main() -> None:
             row = {
                 "step_s": round(m["step_s"], 4),
                 "exchange_s": round(m["exchange_s"], 4),
+                "step_s_slowest": round(m["step_s_slowest"], 4),
                 "efficiency": round(eff, 4),
                 "bytes_per_host": round(m["bytes_per_host"]),
                 "bytes_per_host_max": round(m["bytes_per_host_max"]),
