@@ -137,8 +137,11 @@ def shape(dev: str, gbit: float, delay_ms: float, netns: str | None = None) -> N
     sh(*pre, "tc", "class", "add", "dev", dev, "parent", "1:", "classid", "1:10", "htb", "rate", rate, "ceil", rate,
        "burst", "256k", "cburst", "256k")  # fmt: skip
     if delay_ms > 0:
-        sh(*pre, "tc", "qdisc", "add", "dev", dev, "parent", "1:10", "handle", "10:", "netem", "delay",
-           f"{delay_ms * 1000:.0f}us", "limit", "100000")  # fmt: skip
+        done = sh(*pre, "tc", "qdisc", "add", "dev", dev, "parent", "1:10", "handle", "10:", "netem", "delay",
+                  f"{delay_ms * 1000:.0f}us", "limit", "100000", check=False)  # fmt: skip
+        if done.returncode != 0:
+            raise SystemExit(f"--latency-ms needs tc's netem, which failed here ({done.stderr.strip()}); "
+                             "use --latency-ms 0: the link's own latency is measured")  # fmt: skip
 
 
 class Hosts:
