@@ -33,9 +33,10 @@ The setting, chosen so that the exchange weighs against the compute as on the do
   even stretched by the bench's longer step (4 s / 1.18 s), is 2 x 0.3 ms a step for the parameter server and
   2 (P-1) x 0.3 ms for gloo's ring (P = 6: 3 ms), against 4 s. The printed header gives the ratio of the run.
 
-With these, the bound (:func:`clipflow.cluster.step_prediction.predict_step`) allows per-host aggregation
-0.952 at 3 hosts (exchange 2 x 2/3 x 0.149 s against 4 s of compute), ps without it 0.909 (2 workers a host;
-8 would give 0.714), ddp 0.952.
+With these, the bound (:func:`clipflow.cluster.step_prediction.predict_step`) allows at 3 hosts: per-host
+aggregation 0.953 (exchange 2 x 2/3 x 0.149 s against 4 s of compute; the same with 8 workers a host), ps
+without it 0.910 (2 workers a host; with 8, as on a p3.16xlarge, 0.716), ddp 0.942 (6 ranks; 24 ranks, 8 a
+host, 0.931).
 
 Figures per run and host count: the step time (each worker's median over the timed steps, the mean over the
 workers; the slowest worker's per step, median over the steps, in the JSON), the exchange part of it, the
