@@ -38,6 +38,14 @@ aggregation 0.953 (exchange 2 x 2/3 x 0.149 s against 4 s of compute; the same w
 without it 0.910 (2 workers a host; with 8, as on a p3.16xlarge, 0.716), ddp 0.942 (6 ranks; 24 ranks, 8 a
 host, 0.931).
 
+Before the runs, the cluster stage's link check (:mod:`clipflow.cluster.links`) between every pair of hosts: its
+probe's server in each namespace, its client in the pair's first one, one pair at a time, for the schema's
+``cluster.link_check_s`` each way; its table (the pair far below the others named, if any) and its prediction
+for all the hosts, as the cluster stage prints them before training. Each run is then predicted twice: from the
+shaped rate and the measured latency above (the bound), and as the link check predicts it, from the slowest
+measured link among the run's hosts and their highest latency (what a user sees before training; the measured
+step over it is the link check's accuracy).
+
 Figures per run and host count: the step time (each worker's median over the timed steps, the mean over the
 workers; the slowest worker's per step, median over the steps, in the JSON), the exchange part of it, the
 scaling efficiency (the same back end's one-host step time over this one: every worker does the same work),
@@ -45,7 +53,8 @@ the bytes each host sent per step counted on its link (``eth0``'s tx_bytes insid
 barrier before and after the timed steps, over the steps; the mean and the largest host), the prediction
 (step time, efficiency, bytes), and the ratios: bytes per host over 2(N-1)/N of the gradient (a ring
 all-reduce over the hosts), each run's step time over ddp's, the measured step over the predicted one and the
-measured exchange over the predicted one (the part the model is about).
+measured exchange over the predicted one (the part the model is about); the same two over the link check's
+prediction, with its step time and efficiency. The JSON keeps the link check's pairs under ``link_check``.
 A table, then one JSON line; ``--out`` writes the JSON to a file as well.
 
 Usage (root: namespaces and tc): ``.venv/bin/python bench/cluster_scaling.py [--hosts 1,2,3] [--runs
@@ -58,6 +67,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ipaddress
+import itertools
 import json
 import os
 import re
@@ -283,6 +293,65 @@ def one_way_ms(hosts: Hosts, args: argparse.Namespace, port: int) -> float:
     return json.loads(outs[1])["rtt_ms"] / 2
 
 
+def link_check(hosts: Hosts, timeout: float):  # noqa: ANN201 (clipflow's LinkCheck, imported in main)
+    """The cluster stage's link check between every pair of the hosts, as :func:`clipflow.cluster.links.measure_links`
+    runs it over ssh: the probe's server in each namespace, then, one pair at a time, the probe's client in the
+    pair's first namespace measuring to the second, with the request and the seconds the link check uses (the
+    schema's ``cluster.link_check_s``). The pairs, and the one far below the others if any."""
+    from clipflow.cluster import links
+    from clipflow.cluster.link_probe import REPLY
+    from clipflow.schemas import config_defaults
+
+    seconds = float(config_defaults("cluster")["link_check_s"])
+    names = [f"h{i + 1}" for i in range(hosts.count)]
+    servers: list[subprocess.Popen] = []
+    try:
+        ports = []
+        for i in range(hosts.count):
+            argv = hosts.argv(i, links.server_argv(sys.executable, links.server_bound(hosts.count, seconds)))
+            servers.append(subprocess.Popen(argv, env=child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                            text=True))  # fmt: skip
+            line = next((x for x in servers[-1].stdout if x.startswith(REPLY)), "")
+            if not line:
+                raise RuntimeError(f"the link probe's server on {names[i]} printed no port")
+            ports.append(int(json.loads(line.removeprefix(REPLY))["port"]))
+        pairs = []
+        for a, b in itertools.combinations(range(hosts.count), 2):
+            request = links.probe_request(hosts.addresses[b], ports[b], seconds)
+            client = hosts.argv(a, [sys.executable, "-c", links.PROBE])
+            done = subprocess.run(
+                client, env=child_env(), input=json.dumps(request), capture_output=True, text=True, timeout=timeout
+            )
+            line = next((x for x in done.stdout.splitlines() if x.startswith(REPLY)), None)
+            if done.returncode != 0 or line is None:
+                raise RuntimeError(f"the link probe from {names[a]} to {names[b]} failed: {done.stderr[-2000:]}")
+            pairs.append(links.link_figures(names[a], names[b], json.loads(line.removeprefix(REPLY))))
+    finally:
+        for server in servers:
+            server.stdin.close()  # the probe's server ends when its stdin closes
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+    return links.LinkCheck(True, "", seconds, pairs, links.stragglers(pairs))
+
+
+def link_check_prediction(pairs: list[dict], n: int, backend: str, grad: int, compute_s: float) -> dict:
+    """The link check's prediction for ``backend`` on the first ``n`` hosts, from its pairs among them (the
+    slowest link and latency: :func:`clipflow.cluster.prediction.predict_shape`); on one host nothing is measured
+    and nothing crosses a link: the compute alone."""
+    from clipflow.cluster.prediction import predict_shape
+    from clipflow.cluster.step_prediction import PlanShape
+
+    mine = {f"h{i + 1}" for i in range(n)}
+    among = [p for p in pairs if p["a"] in mine and p["b"] in mine]
+    if not among:
+        return {"gbit_s": None, "latency_ms": None, "step_s": compute_s, "exchange_s": 0.0, "efficiency": 1.0}
+    got = predict_shape(PlanShape(n, WORKERS_PER_HOST), among, grad, compute_s, backend)
+    return {"gbit_s": round(got["gbit_s"], 4), "latency_ms": round(got["latency_ms"], 4), **got["backends"][backend]}
+
+
 def echo_or_rtt(args: argparse.Namespace, rounds: int = 300) -> None:
     import socket
 
@@ -444,7 +513,11 @@ def main() -> None:
     if args.role in ("echo", "rtt"):
         return echo_or_rtt(args)
 
+    from dataclasses import asdict
+
+    from clipflow.cluster.links import format_links
     from clipflow.cluster.ports import free_port
+    from clipflow.cluster.prediction import format_prediction, predict_shape
     from clipflow.cluster.step_prediction import PlanShape, predict_step
 
     counts = sorted({int(c) for c in args.hosts.split(",")} | {1})
@@ -471,11 +544,20 @@ def main() -> None:
                      "ratio_link_to_compute": round(link_s / args.compute_s, 4), "runs": {}}  # fmt: skip
     measured: dict[tuple[str, int], dict] = {}
     latency_ms = args.latency_ms
+    pairs: list[dict] = []
     with Hosts(max(counts), args.gbit, args.latency_ms) as hosts:
         if max(counts) > 1:
             latency_ms = one_way_ms(hosts, args, free_port())
             figures["measured_latency_ms"] = round(latency_ms, 4)
             print(f"one-way latency between hosts 1 and 2 (half the median round trip): {latency_ms:.3f} ms")
+            links = link_check(hosts, args.timeout)
+            pairs = [asdict(p) for p in links.pairs]
+            figures["link_check"] = links.to_dict()
+            print(f"the link check ({links.seconds:g} s each way a pair):\n{format_links(links)}", flush=True)
+            # what the cluster stage prints before training on all the hosts (every back end; "" marks none)
+            whole = predict_shape(PlanShape(max(counts), WORKERS_PER_HOST), pairs, grad, args.compute_s, "")
+            figures["link_check"]["prediction"] = whole
+            print(format_prediction(whole), flush=True)
         # each back end's host counts in turn, the back ends interleaved: a slow spell hits them alike
         for n in counts:
             for backend in runs:
@@ -483,7 +565,8 @@ def main() -> None:
                 print(f"  {backend} on {n} host(s): {measured[backend, n]['step_s']:.3f} s a step", flush=True)
 
     head = (f"{'run':<9}{'hosts':>6}{'step s':>9}{'exch s':>8}{'eff':>7}{'MB/host':>9}{'MB max':>8}"
-            f"{'pred s':>8}{'p.eff':>7}{'pred MB':>9}{'x ring':>8}{'x pred':>8}{'x p.ex':>8}{'x ddp':>7}")  # fmt: skip
+            f"{'pred s':>8}{'p.eff':>7}{'pred MB':>9}{'x ring':>8}{'x pred':>8}{'x p.ex':>8}{'x ddp':>7}"
+            f"{'lc s':>8}{'lc eff':>7}{'x lc':>7}{'x lc.ex':>8}")  # fmt: skip
     print(head)
     for backend in runs:
         for n in counts:
@@ -492,6 +575,7 @@ def main() -> None:
             pred = predict_step(backend, shape_, grad, args.compute_s, args.gbit, latency_ms)
             eff = measured[backend, 1]["step_s"] / m["step_s"]
             ring = 2 * (n - 1) / n * grad
+            lc = link_check_prediction(pairs, n, backend, grad, args.compute_s)
             row = {
                 "step_s": round(m["step_s"], 4),
                 "exchange_s": round(m["exchange_s"], 4),
@@ -506,16 +590,25 @@ def main() -> None:
                 "step_vs_predicted": round(m["step_s"] / pred.step_s, 3),
                 "exchange_vs_predicted": round(m["exchange_s"] / pred.exchange_s, 3) if n > 1 else None,
                 "step_vs_ddp": round(m["step_s"] / measured["ddp", n]["step_s"], 3) if "ddp" in runs else None,
+                "link_check_gbit_s": lc["gbit_s"],
+                "link_check_latency_ms": lc["latency_ms"],
+                "link_check_predicted_step_s": round(lc["step_s"], 4),
+                "link_check_predicted_exchange_s": round(lc["exchange_s"], 4),
+                "link_check_predicted_efficiency": round(lc["efficiency"], 4),
+                "step_vs_link_check": round(m["step_s"] / lc["step_s"], 3),
+                "exchange_vs_link_check": round(m["exchange_s"] / lc["exchange_s"], 3) if n > 1 else None,
             }
             figures["runs"][f"{backend}_{n}"] = row
             print(f"{backend:<9}{n:>6}{m['step_s']:>9.3f}{m['exchange_s']:>8.3f}{eff:>7.3f}"
                   f"{m['bytes_per_host'] / 1e6:>9.2f}{m['bytes_per_host_max'] / 1e6:>8.2f}{pred.step_s:>8.3f}"
                   f"{pred.efficiency:>7.3f}{pred.bytes_per_host / 1e6:>9.2f}{fmt(row['bytes_vs_ring'], '8.2f'):>8}"
                   f"{row['step_vs_predicted']:>8.3f}{fmt(row['exchange_vs_predicted'], '8.2f'):>8}"
-                  f"{fmt(row['step_vs_ddp'], '7.3f'):>7}")  # fmt: skip
+                  f"{fmt(row['step_vs_ddp'], '7.3f'):>7}{lc['step_s']:>8.3f}{lc['efficiency']:>7.3f}"
+                  f"{row['step_vs_link_check']:>7.3f}{fmt(row['exchange_vs_link_check'], '8.2f'):>8}")  # fmt: skip
     print("eff: the one-host step over this one; x ring: bytes per host over 2(N-1)/N of the gradient; "
           "x pred: measured step over predicted; x p.ex: measured exchange over predicted; x ddp: step over "
-          "ddp/gloo's on as many hosts")  # fmt: skip
+          "ddp/gloo's on as many hosts; lc: predicted as the link check does, from its measured slowest link "
+          "among the run's hosts (step s, efficiency); x lc, x lc.ex: measured step, exchange over those")  # fmt: skip
     line = json.dumps(figures)
     if args.out:
         args.out.write_text(line + "\n")

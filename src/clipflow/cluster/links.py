@@ -100,12 +100,34 @@ def host_address(plan: Plan, host: Host) -> str:
     return next((r.address for r in plan.roles if r.host == name), None) or address_of(host)
 
 
+def server_argv(python: str, seconds: float) -> list[str]:
+    """The probe's server, answering for at most ``seconds`` (see :func:`server_bound`) or until its stdin closes."""
+    return [python, "-c", PROBE, "serve", f"{seconds:g}"]
+
+
+def server_bound(hosts: int, seconds: float) -> float:
+    """How long a probe server may live: every pair of ``hosts`` measured, with room; its own end should the
+    process that started it die without closing its stdin."""
+    return 30 + hosts**2 * (4 * seconds + 10)
+
+
+def probe_request(address: str, port: int, seconds: float) -> dict:
+    """What the probe's client reads on its stdin to measure the link to the server at ``address``:``port``."""
+    return {"address": address, "port": port, "seconds": seconds, "pings": PINGS, "chunk": CHUNK}
+
+
+def link_figures(a: str, b: str, got: dict) -> LinkFigures:
+    """The pair's figures from the probe client's answer (run on ``a``, measuring to ``b``)."""
+    up, down = got["up_gbit_s"], got["down_gbit_s"]
+    return LinkFigures(a, b, min(up, down), up, down, got["latency_ms"])
+
+
 class _Server:
     """The probe's server on one host, alive while its ssh session is."""
 
     def __init__(self, conn, python: str, seconds: float) -> None:
         self.conn = conn
-        argv = [python, "-c", PROBE, "serve", f"{seconds:g}"]
+        argv = server_argv(python, seconds)
         self.stdin, self.stdout, self.stderr = conn.client.exec_command(shlex.join(argv), timeout=seconds)
         self.port = 0
         for line in self.stdout:
@@ -131,7 +153,7 @@ def measure_links(plan: Plan, seconds: float, log=print) -> LinkCheck:
     if len(hosts) < 2:
         return LinkCheck(False, "one host: no link between hosts to measure", seconds)
     settings = plan.ssh_settings()
-    bound = 30 + len(hosts) ** 2 * (4 * seconds + 10)  # the servers' own end, should this process die
+    bound = server_bound(len(hosts), seconds)
     conns, servers = {}, {}
     try:
         for host in hosts:
@@ -142,8 +164,7 @@ def measure_links(plan: Plan, seconds: float, log=print) -> LinkCheck:
                 raise ClipflowError(f"link check: cannot start the probe on {host} ({exc})") from None
         pairs = []
         for a, b in combinations(hosts, 2):
-            request = {"address": host_address(plan, b), "port": servers[str(b)].port, "seconds": seconds,
-                       "pings": PINGS, "chunk": CHUNK}  # fmt: skip
+            request = probe_request(host_address(plan, b), servers[str(b)].port, seconds)
             try:
                 got = run_remote_python(conns[str(a)], plan.python, PROBE, request, 8 * seconds + 60)
             except RemoteScriptError as exc:
@@ -151,8 +172,7 @@ def measure_links(plan: Plan, seconds: float, log=print) -> LinkCheck:
                     f"link check: {a} cannot reach {b} at {request['address']}:{request['port']} over ZeroMQ TCP "
                     f"({exc.why}); the job's roles would not either: open the ports between the hosts"
                 ) from None
-            pairs.append(LinkFigures(str(a), str(b), min(got["up_gbit_s"], got["down_gbit_s"]), got["up_gbit_s"],
-                                     got["down_gbit_s"], got["latency_ms"]))  # fmt: skip
+            pairs.append(link_figures(str(a), str(b), got))
             log(f"clipflow cluster: link {a} <-> {b}: {pairs[-1].gbit_s:.3g} Gbit/s, {got['latency_ms']:.3g} ms")
     finally:
         for server in servers.values():

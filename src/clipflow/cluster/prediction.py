@@ -92,10 +92,15 @@ def selected_backend(backend: str, kvstore: str) -> str:
 def predict_plan(plan: Plan, pairs: list[dict], grad_bytes: int, compute_s: float, uses: str) -> dict:
     """The prediction as checks.json keeps it: the inputs and, per back end, step time, exchange, bytes per host
     and efficiency; ``uses`` the back end the run will use."""
+    return predict_shape(plan_shape(plan), pairs, grad_bytes, compute_s, uses)
+
+
+def predict_shape(shape: PlanShape, pairs: list[dict], grad_bytes: int, compute_s: float, uses: str) -> dict:
+    """:func:`predict_plan` for a plan's shape alone (``bench/cluster_scaling.py`` has hosts but no plan):
+    the slowest host's slowest link and highest latency among ``pairs`` (at least one)."""
     worst = slowest_by_host(pairs)
     gbit_s = min(w["gbit_s"] for w in worst.values())
     latency_ms = max(w["latency_ms"] for w in worst.values())
-    shape = plan_shape(plan)
     backends = {}
     for name in BACKENDS:
         step = predict_step(name, shape, grad_bytes, compute_s, gbit_s, latency_ms)
