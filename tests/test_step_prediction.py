@@ -52,3 +52,13 @@ def test_one_host_is_the_compute_alone_and_more_hosts_cost_the_bytes_over_the_ba
 def test_bad_figures_are_refused_naming_them(args, named):
     with pytest.raises(ClipflowError, match=named):
         predict_step(*args)
+
+
+def test_the_cluster_check_reads_only_the_overrides_its_prediction_needs():
+    from clipflow.cluster.prediction import shape_overrides
+
+    overrides = {"train": {"epochs": 9, "base_lr": 0.4, "batch_size": 8}, "model": {"width": 16},
+                 "data": {"new_length": 32}, "description": "x"}  # fmt: skip
+    assert shape_overrides(overrides) == {"model": {"width": 16}, "data": {"new_length": 32},
+                                          "train": {"batch_size": 8}}  # fmt: skip
+    assert shape_overrides({"train": {"epochs": 2}}) == {}  # epochs alone: the cluster check's params stay

@@ -68,7 +68,7 @@ rule cluster_check:
         links="--link-check" if CLUSTER["link_check"] else "--no-link-check",
         link_s=CLUSTER["link_check_s"],
         recipe=RECIPE_FILE,
-        overrides=OVERRIDES,
+        overrides=SHAPE_OVERRIDES,
         backend=config["train"]["backend"],
         kvstore=config["train"]["kvstore"],
     log:

@@ -82,6 +82,17 @@ def plan_shape(plan: Plan) -> PlanShape:
     return PlanShape(len(by_host), max(len(r) for r in by_host.values()), grouped)
 
 
+def shape_overrides(overrides: dict) -> dict:
+    """What the prediction reads of a run's overrides: the model, the clips and the per-worker batch. The
+    cluster check gets only these, so a changed epoch count or learning rate does not rerun it (Snakemake reruns
+    a rule whose parameters changed) and, after it, the staging and the training it feeds."""
+    kept = {k: overrides[k] for k in ("model", "data") if k in overrides}
+    train = overrides.get("train")
+    if isinstance(train, dict) and "batch_size" in train:
+        kept["train"] = {"batch_size": train["batch_size"]}
+    return kept
+
+
 def selected_backend(backend: str, kvstore: str) -> str:
     """The prediction's name for what the run uses: ddp, ps, or ps-host (the ``_device`` modes)."""
     if backend == "ddp":
