@@ -78,6 +78,8 @@ import sys
 import time
 from pathlib import Path
 
+from ps_throughput import run_procs  # bench/ is the script's own folder, first on sys.path
+
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src"
 WORKERS_PER_HOST = 2
@@ -223,24 +225,6 @@ def child_env(**extra: str) -> dict[str, str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("DMLC_", "PS_", "MXNET_", "CLIPFLOW_"))}
     path = os.pathsep.join([str(SRC), *filter(None, [os.environ.get("PYTHONPATH")])])
     return {**clean, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", **extra}
-
-
-def run_procs(cmds: list[tuple[list[str], dict[str, str]]], timeout: float) -> list[str]:
-    """Start every command, wait for all; their stdouts (raise with the failing one's stderr)."""
-    procs = [subprocess.Popen(c, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c, e in cmds]
-    outs = []
-    try:
-        for p in procs:
-            out, err = p.communicate(timeout=timeout)
-            if p.returncode != 0:
-                raise RuntimeError(f"{' '.join(p.args)} exited {p.returncode}:\n{err[-3000:]}")
-            outs.append(out)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    return outs
 
 
 def worker_argv(args: argparse.Namespace, role: str) -> list[str]:

@@ -285,22 +285,20 @@ class KVStore:
 
     def server_stats(self) -> list[dict[int, int]]:
         """Per server rank: the keys it holds and how many elements of each (for tests and debugging)."""
-        self._check_open()
-        seqs = [self._customer.request(r) for r in self._every_server(Op.STATS)]
-        replies = self._customer.wait(seqs)
-        try:
-            return [{int(k): int(n) for k, n in replies[seq]["keys"].items()} for seq in seqs]
-        except (AttributeError, TypeError, ValueError) as exc:
-            raise CommError(f"a server sent a bad {Op.STATS} reply: {exc}") from None
+        return self._stats("keys")
 
     def server_pushes(self) -> list[dict[int, int]]:
         """Per server rank: the pushes (and pushpulls) it received so far, by sending worker rank (for tests)."""
+        return self._stats("pushes")
+
+    def _stats(self, field: str) -> list[dict[int, int]]:
+        """Per server rank: the counts under ``field`` of its STATS reply, by integer key."""
         self._check_open()
         seqs = [self._customer.request(r) for r in self._every_server(Op.STATS)]
         replies = self._customer.wait(seqs)
         try:
-            return [{int(k): int(n) for k, n in replies[seq]["pushes"].items()} for seq in seqs]
-        except (AttributeError, TypeError, ValueError) as exc:
+            return [{int(k): int(n) for k, n in replies[seq][field].items()} for seq in seqs]
+        except (AttributeError, TypeError, ValueError, KeyError) as exc:
             raise CommError(f"a server sent a bad {Op.STATS} reply: {exc}") from None
 
     # -- optimizer on the servers (update_on_kvstore) and gradient compression ------------------
