@@ -70,6 +70,7 @@ def job_from_args(a: argparse.Namespace):
 
 
 def cmd_launch(a: argparse.Namespace) -> int:
+    from clipflow.cluster.prediction import format_prediction, prediction_of
     from clipflow.ps.exitcodes import RESUMABLE
     from clipflow.train.launch import HostRun, launch_training
 
@@ -77,8 +78,6 @@ def cmd_launch(a: argparse.Namespace) -> int:
     local = HostRun.of(a.staged, a.host_dir)
     on_notice = a.on_notice or config_defaults("train")["on_notice"]
     if a.plan:  # the link check's prediction (checks.json beside the plan, ssh launcher), before any role starts
-        from clipflow.cluster.prediction import format_prediction, prediction_of
-
         prediction = prediction_of(Path(a.plan).parent / "checks.json")
         if prediction:
             print(f"clipflow train: {format_prediction(prediction)}", flush=True)

@@ -706,9 +706,9 @@ def _host_group(mode: str, cfg: PSConfig, link: NodeLink, welcome: Welcome, log:
     else:
         group = HostGroup(cfg, link, welcome, log)
         role = "pushes for" if group.is_leader else "pushes through worker " + str(group.leader) + " with"
-        log.error(f"mode {mode}: per-host aggregation, this worker {role} host group {list(group.ranks)}")
+        log.note(f"mode {mode}: per-host aggregation, this worker {role} host group {list(group.ranks)}")
         return group
-    log.error(f"mode {mode}: no per-host aggregation ({why}); every worker pushes its own values")
+    log.note(f"mode {mode}: no per-host aggregation ({why}); every worker pushes its own values")
     return None
 
 
