@@ -201,6 +201,44 @@ def test_sigusr1_to_every_process_as_slurm_sends_it_stops_a_ps_run_resumable(tmp
     assert not re.search(r"(scheduler|server) \d+ on localhost failed", out)
 
 
+# A worker on its way out: the notice's handler in place, then (with "retire") Notice.retire as run_worker ends,
+# then an exit whose shutdown takes a second (a module global's finaliser), as torch's can.
+EXITING = """
+import signal, sys, time
+from clipflow.train.notice import Notice
+notice = Notice.install()
+if "retire" in sys.argv:
+    notice.retire()
+class SlowShutdown:
+    def __del__(self):
+        time.sleep(1.0)
+slow = SlowShutdown()
+print("exiting", flush=True)
+sys.exit(79)
+"""
+
+
+def exit_under_notices(*args: str) -> int:
+    """The exit status of EXITING, sent SIGUSR1 every 10 ms (a late notice from Slurm) from its last line on."""
+    proc = subprocess.Popen([sys.executable, "-c", EXITING, *args], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "exiting\n"  # type: ignore[union-attr]
+    while proc.poll() is None:
+        try:
+            os.kill(proc.pid, signal.SIGUSR1)
+        except ProcessLookupError:
+            break
+        time.sleep(0.01)
+    return proc.wait(timeout=30)
+
+
+def test_a_notice_while_a_worker_exits_leaves_its_exit_status():
+    """CI's Slurm job: the launcher passed its notice on, the workers stopped (79), and Slurm's own SIGUSR1 came
+    while they shut down, after Python had given SIGUSR1 back its default action: exit 138, and the job FAILED
+    instead of requeued. A retired notice (run_worker's last act) ignores SIGUSR1 to the process's end."""
+    assert exit_under_notices() == -signal.SIGUSR1  # what Python does without it (why the retire is needed)
+    assert exit_under_notices("retire") == RESUMABLE
+
+
 # ---------------------------------------------------------------- the launcher alone, with small real programs
 
 # A worker that takes 1 s to put its handler in place (SIGUSR1 held until then), then on SIGUSR1 says where it

@@ -70,6 +70,15 @@ class Notice:
             return
         self.received = self.received or signum  # no print here: the main thread may be inside one
 
+    @staticmethod
+    def retire() -> None:
+        """The worker is past its last step (done, stopped or failed): from now to the process's end SIGUSR1 is
+        ignored and SIGTERM ends it. Slurm signals every process of the job and its warning may come after the
+        launcher passed one on, while the worker exits; Python's shutdown gives a signal it had a handler for back
+        its default action (death: exit 138 instead of 79), but leaves an ignored one ignored."""
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
     def agreed(self, comm) -> bool:
         """Collective: whether any worker got a notice (one float summed over the workers)."""
         import torch  # here: the launcher reads this module's constants without torch

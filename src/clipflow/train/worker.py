@@ -43,7 +43,14 @@ def run_worker(job_path: str | Path, rank: int) -> int:
     """Trains worker ``rank``'s share of the job in ``job_path``; the process's exit status (RESUMABLE after a
     stop on notice)."""
     notice = Notice.install()  # first: a notice from now on is a clean stop after a step
-    job = TrainJob.read(Path(job_path).expanduser())
+    try:
+        return _train_share(Path(job_path), rank, notice)
+    finally:
+        notice.retire()  # a late notice must not kill the worker on its way out
+
+
+def _train_share(job_path: Path, rank: int, notice: Notice) -> int:
+    job = TrainJob.read(job_path.expanduser())
     job = dataclasses.replace(job, paths=job.paths.expanded())  # a host's own folder may be named from ~
     job.check_rank(rank)
     device = bootstrap()
