@@ -64,6 +64,7 @@ def run_procs(cmds: list[tuple[list[str], dict[str, str]]], timeout: float = 300
         for p in procs:
             if p.poll() is None:
                 p.kill()
+                p.wait()
     return outs
 
 

@@ -7,9 +7,12 @@ broken by a change in the package it drives.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 
+import pytest
 from helpers import REPO, python_env
 
 
@@ -51,3 +54,32 @@ def test_train_step_bench_runs_every_variant() -> None:
     assert figures["bench"] == "train_step" and figures["fp32_ratio"] == 1.0
     for name in ("fp32", "channels_last", "bf16", "bf16_channels_last"):
         assert figures[f"{name}_clips_per_s"] > 0 and figures[f"{name}_ratio"] > 0, figures
+
+
+@pytest.mark.hosts
+def test_cluster_scaling_counts_the_bytes_on_the_links() -> None:
+    """1 and 2 namespace hosts on 1 Gbit/s links, SlowFast's 28 buckets at 1/100 (1.38 MB), 2 timed steps: every
+    run ends with its figures, and the bytes each host sent per step on its link lie near the step model's: ps
+    (no aggregation) and gloo's ring within -5%/+30% of theirs (headers, barriers, heartbeats on top), ps with
+    per-host aggregation within 5% of the ring's 2(N-1)/N of the gradient and below what ps without it sent;
+    nothing crosses a link on one host. The link check's table has the one pair, measured at no more than the
+    shaped rate (the probe crossed the shaped link), and every run has the link check's prediction."""
+    if os.geteuid() != 0 or shutil.which("tc") is None or shutil.which("ip") is None:
+        pytest.skip("the bench needs root, ip and tc (network namespaces, shaped links)")
+    figures = last_json("bench/cluster_scaling.py", "--hosts", "1,2", "--scale", "100", "--compute-s", "0.05",
+                        "--gbit", "1", "--steps", "2", "--warmup", "0")  # fmt: skip
+    grad, runs = figures["grad_bytes"], figures["runs"]
+    assert figures["bench"] == "cluster_scaling" and figures["buckets"] == 28 and 1.3e6 < grad < 1.4e6, figures
+    for backend in ("ps", "ps-host", "ddp"):
+        assert runs[f"{backend}_1"]["bytes_per_host_max"] < 10_000, runs
+        assert runs[f"{backend}_2"]["step_s"] > 0 and runs[f"{backend}_2"]["predicted_step_s"] > 0.05, runs
+        assert runs[f"{backend}_2"]["link_check_predicted_step_s"] > 0.05, runs
+    for backend in ("ps", "ddp"):
+        two = runs[f"{backend}_2"]
+        assert 0.95 <= two["bytes_per_host"] / two["predicted_bytes_per_host"] <= 1.3, (backend, two)
+    aggregated = runs["ps-host_2"]["bytes_per_host"]
+    ring = 2 * (2 - 1) / 2 * grad
+    assert 0.95 * ring <= aggregated <= 1.05 * ring and aggregated < runs["ps_2"]["bytes_per_host"], runs
+    links = figures["link_check"]
+    assert links["measured"] and [(p["a"], p["b"]) for p in links["pairs"]] == [("h1", "h2")], links
+    assert 0 < links["pairs"][0]["gbit_s"] <= 1.1 and links["straggler"] == [], links

@@ -92,6 +92,16 @@ def test_launch_refuses_a_setting_out_of_range(tmp_path, flags, names):
         (["data", "reencode", "--list", "a", "--root", "r", "--out-root", "o", "--gop", "0"], ["--gop", "'0'"]),
         (["data", "frames", "x.lst", "--recipe", "slowfast_tiny_synthetic", "--epoch", "0"], ["--epoch", "'0'"]),
         (["cluster", "check", "--plan", "p", "--out", "o", "--min-free-gb", "-1"], ["--min-free-gb", "'-1'"]),
+        (
+            ["cluster", "check", "--plan", "p", "--out", "o", "--link-check-s", "0"],
+            ["--link-check-s", "'0'", "at most 5"],
+        ),
+        (
+            ["cluster", "check", "--plan", "p", "--out", "o", "--link-check-s", "6"],
+            ["--link-check-s", "'6'", "at most 5"],
+        ),
+        (["cluster", "check", "--plan", "p", "--out", "o", "--link-check-s", "nan"], ["--link-check-s", "'nan'"]),
+        (["cluster", "check", "--plan", "p", "--out", "o", "--link-check", "no"], ["unrecognized arguments: no"]),
         (["train", "worker", "--job", "j", "--rank", "-1"], ["train worker", "--rank", "'-1'"]),
         (["train", "launch", "--job", "j", "--compression-threshold", "nan"], ["--compression-threshold", "'nan'"]),
         (["train", "launch", "--job", "j", "--compression-threshold", "0"], ["--compression-threshold", "'0'"]),

@@ -45,3 +45,16 @@ def test_a_role_that_cannot_start_stops_the_roles_started_before_it(tmp_path: Pa
     with pytest.raises(ClipflowError, match="^cannot start worker 0 on localhost: /no/such/program: no such file$"):
         launcher.run()
     assert len(launcher.procs) == 1 and launcher.procs[0].poll() is not None  # the scheduler started, and stopped
+
+
+def test_a_launch_past_its_time_limit_is_stopped_and_says_so(tmp_path: Path) -> None:
+    """The link check's all-reduce bounds its launch: roles still running at the limit are all stopped, the ending
+    a failure saying the limit (exit 124, as timeout(1))."""
+    sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
+    cmds = [RoleCommand(Role("worker", r, "localhost"), sleeper) for r in range(2)]
+    console = io.StringIO()
+    launcher = Launcher(cmds, tmp_path, grace_s=1, console=console, time_limit_s=1.0)
+    assert launcher.run() == 124
+    assert (launcher.ending.cause, launcher.ending.failed) == ("not done within 1 s", True)
+    assert "clipflow launch: not done within 1 s; stopped 2 running processes" in console.getvalue()
+    assert all(p.poll() is not None for p in launcher.procs)

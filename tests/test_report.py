@@ -196,3 +196,69 @@ def test_chromium_shows_the_figures_at_full_width(report, tmp_path):
     # the figures' own blue (lines, bars, the confusion cells) spreads over most of the width: drawn at their
     # 1,300 pixels, not shrunk to thumbnails
     assert blue and max(blue) - min(blue) > 1000
+
+
+def test_the_links_name_the_straggler_and_set_the_prediction_beside_the_measured_step(tmp_path):
+    """checks.json's links as the link check writes them (its own straggler rule and prediction), in the page: a
+    row per pair, the slow one named, and the run's back end predicted against its measured step (a worker's
+    batch of 4 over the median per-worker clips/s after the first epoch, 9.25: 0.432 s)."""
+    from clipflow.cluster.links import LinkCheck, LinkFigures, stragglers
+    from clipflow.cluster.plan import Plan, Role
+    from clipflow.cluster.prediction import predict_plan
+
+    run = write_run(tmp_path / "results", "two", 2, [9.0, 18.0, 19.0])
+    pairs = [LinkFigures("h1", "h2", 0.02, 0.02, 0.021, 0.2), LinkFigures("h1", "h3", 5.0, 5.0, 5.2, 0.1),
+             LinkFigures("h2", "h3", 4.0, 4.1, 4.0, 0.1)]  # fmt: skip
+    links = LinkCheck(True, "", 0.25, pairs, stragglers(pairs))
+    assert [(s["a"], s["b"]) for s in links.straggler] == [("h1", "h2")]
+    plan = Plan("ssh", ["h1", "h2", "h3"], "10.0.0.11", 9091, 3, 3, 30.0,
+                [Role("worker", r, h) for r, h in enumerate(["h1", "h2", "h3"])])  # fmt: skip
+    links.prediction = predict_plan(plan, [vars(p) for p in pairs], 40_000_000, 0.3, "ps")
+    links.allreduce = allreduce_figures(seconds=0.05)
+    checks = tmp_path / "checks.json"
+    checks.write_text(json.dumps({"ok": True, "hosts": [], "links": links.to_dict()}))
+    page = write_report(inputs_of(run, checks=checks), tmp_path / "out", run="two").read_text()
+    section = page.split(">Links</h3>", 1)[1]
+    assert "<td>h1 &lt;-&gt; h2</td><td>0.02</td>" in section
+    assert "likely straggler: 0.02 Gbit/s, under half the median 4" in section
+    assert "the likely straggler: h1 &lt;-&gt; h2." in section
+    prediction = section.split(">Step time: predicted and measured</h3>", 1)[1].split("</table>", 1)[0]
+    ps = links.prediction["backends"]["ps"]
+    assert ps["bytes_per_host"] == 2 * 2 / 3 * 40_000_000 and ps["step_s"] > 0.3 + ps["bytes_per_host"] * 8 / 0.02e9
+    row = (
+        f"<td>ps (this run)</td><td>{ps['step_s']:.2f}</td><td>{ps['exchange_s']:.2f}</td><td>53.33</td>"
+        f"<td>{ps['efficiency']:.2f}</td><td>0.43</td><td>0.69</td>"
+    )  # measured: 4 / 9.25 s, 0.3 s over that
+    assert row in prediction, prediction
+    assert prediction.count("(this run)") == 1 and "<td>ddp</td>" in prediction and "<td>ps-host</td>" in prediction
+    # the all-reduce: 4 MiB x 2(3-1)/3 x 8 bits over 0.05 s = 0.89 Gbit/s of bus bandwidth
+    assert "<td>ps dist_sync_device</td><td>3</td><td>4.19</td><td>0.05</td><td>0.89</td>" in section, section
+    assert "bus Gbit/s: the bytes x 1.33 / seconds (ring: 2(N-1)/N" in section
+
+
+def allreduce_figures(**changed: object) -> dict:
+    """The link check's all-reduce figures as measure_allreduce records them: ps, 3 workers, 4 MiB."""
+    from clipflow.cluster.allreduce import FACTOR_OF, bus_factor
+
+    figures = {"backend": "ps", "mode": "dist_sync_device", "workers": 3, "bytes": 4 * 1024 * 1024, "rounds": 2,
+               "factor": bus_factor(3), "factor_of": FACTOR_OF, "seconds": None, "gbit_s": None, "ok": True,
+               "note": ""}  # fmt: skip
+    figures.update(changed)
+    if figures["ok"]:
+        figures["gbit_s"] = figures["bytes"] * figures["factor"] * 8 / figures["seconds"] / 1e9
+    return figures
+
+
+def test_a_failed_all_reduce_is_shown_with_its_note(tmp_path):
+    from clipflow.cluster.links import LinkCheck, LinkFigures
+
+    run = write_run(tmp_path / "results", "two", 2, [9.0, 18.0, 19.0])
+    note = "all-reduce failed: scheduler 0 on h1 failed (exit code 2). Its last line: 'cannot listen on port 9091'"
+    links = LinkCheck(True, "", 0.25, [LinkFigures("h1", "h2", 5.0, 5.0, 5.2, 0.1)],
+                      allreduce=allreduce_figures(ok=False, note=note))  # fmt: skip
+    checks = tmp_path / "checks.json"
+    checks.write_text(json.dumps({"ok": True, "hosts": [], "links": links.to_dict()}))
+    page = write_report(inputs_of(run, checks=checks), tmp_path / "out", run="two").read_text()
+    section = page.split(">Links</h3>", 1)[1]
+    assert "All-reduce across all workers (ps dist_sync_device): all-reduce failed: scheduler 0 on h1 failed" in section
+    assert "cannot listen on port 9091" in section and "bus Gbit/s" not in section

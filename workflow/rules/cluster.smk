@@ -65,13 +65,22 @@ rule cluster_check:
         min_free=CLUSTER["min_free_gb"],
         storage=STORAGE_SETTING,
         marker=folder_of(0),
+        links="--link-check" if CLUSTER["link_check"] else "--no-link-check",
+        link_s=CLUSTER["link_check_s"],
+        recipe=RECIPE_FILE,
+        overrides=SHAPE_OVERRIDES,
+        backend=config["train"]["backend"],
+        kvstore=config["train"]["kvstore"],
     log:
         f"{LOGS}/cluster_check.log",
     conda:
         "../../environment.yml"
     shell:
         "python -m clipflow cluster check --plan {input.plan:q} {params.paths} --min-free-gb {params.min_free}"
-        " --storage {params.storage} --marker-dir {params.marker:q} --out {output:q} 2>&1 | tee {log:q}"
+        " --storage {params.storage} --marker-dir {params.marker:q} {params.links} --link-check-s {params.link_s}"
+        " --recipe {params.recipe:q} --overrides {params.overrides:q} --backend {params.backend}"
+        " --kvstore {params.kvstore}"
+        " --out {output:q} 2>&1 | tee {log:q}"
 
 
 rule cluster_sync:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
+from clipflow.cluster.prediction import shape_overrides
 from clipflow.cluster.slurm_partitions import check_partition
 from clipflow.cluster.slurm_resources import job_resources
 from clipflow.cluster.staged import staging_name
@@ -100,6 +101,8 @@ STORAGE_SETTING = CLUSTER["storage"] if STAGES_VIDEOS else "shared"
 STAGED = f"{RESULTS}/cluster/staged.json"
 HOST_DIR = os.path.join(CLUSTER["job_dir"], RUN)  # the run's folder on each host with its own disk
 OVERRIDES = json.dumps(config["overrides"], sort_keys=True)
+# what the cluster check's step prediction reads of them (model, clips, batch): nothing else reruns it
+SHAPE_OVERRIDES = json.dumps(shape_overrides(config["overrides"]), sort_keys=True)
 
 
 try:  # what the config and the recipe say together, before any job

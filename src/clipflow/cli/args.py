@@ -89,6 +89,22 @@ seconds = above_zero("a number of seconds", "30")  # a timeout
 positive = above_zero("a finite number", "0.5")  # a threshold, a rate
 
 
+def number_setting(*path: str) -> Callable[[str], float]:
+    """An argument type: a finite number in the range the config schema gives the setting at ``path``."""
+    node = config_setting(*path)
+    low, high = node.get("exclusiveMinimum"), node.get("maximum")
+
+    def parse(text: str) -> float:
+        value = _finite(text)
+        if value is None or (low is not None and value <= low) or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a number more than {low} and at most {high}; give one such as {node['default']}"
+            )
+        return value
+
+    return parse
+
+
 def at_least_zero(text: str) -> float:
     """An argument type: a finite number >= 0 (a grace period, a size)."""
     value = _finite(text)

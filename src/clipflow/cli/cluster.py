@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import argparse
 
-from clipflow.cli.args import at_least_zero, count, host_args, port, seconds, ssh_args, ssh_settings
+from clipflow.cli.args import (
+    at_least_zero,
+    count,
+    host_args,
+    json_object,
+    number_setting,
+    port,
+    seconds,
+    ssh_args,
+    ssh_settings,
+)
 from clipflow.errors import ClipflowError
 from clipflow.schemas import config_defaults
 
@@ -35,7 +45,16 @@ def cmd_check(a: argparse.Namespace) -> int:
 
     if a.storage and not a.marker_dir:
         raise ClipflowError("--storage needs --marker-dir: the folder of the run's files, where the marker goes")
-    check_plan(Plan.read(a.plan), a.path, a.min_free_gb, a.out, storage=a.storage, marker_dir=a.marker_dir)
+    predict = None
+    if a.recipe:
+        from clipflow.cluster.prediction import PredictionInputs, selected_backend
+        from clipflow.recipe import load_recipe
+
+        recipe = load_recipe(a.recipe, json_object(a.overrides))
+        predict = PredictionInputs(recipe, selected_backend(a.backend, a.kvstore), a.compute_s)
+    check_plan(Plan.read(a.plan), a.path, a.min_free_gb, a.out, storage=a.storage, marker_dir=a.marker_dir,
+               link_seconds=a.link_check_s if a.link_check else None, predict=predict, backend=a.backend,
+               kvstore=a.kvstore)  # fmt: skip
     return 0
 
 
@@ -144,6 +163,18 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="decide cluster.storage with a marker in --marker-dir (default: no decision; the paths must "
                    "exist on every host)")  # fmt: skip
     p.add_argument("--marker-dir", default="", help="where the run's files live here (results/<run>/cluster)")
+    p.add_argument("--link-check", default=defaults["link_check"], action=argparse.BooleanOptionalAction,
+                   help="measure the links between every pair of hosts (cluster.link_check)")  # fmt: skip
+    p.add_argument("--link-check-s", type=number_setting("cluster", "link_check_s"),
+                   default=float(defaults["link_check_s"]), help="seconds each pair sends each way")  # fmt: skip
+    p.add_argument("--recipe", default="", help="predict the step time of this recipe's model on the measured links")
+    p.add_argument("--overrides", default="{}", help="JSON deep-merged into the recipe")
+    p.add_argument("--backend", default=config_defaults("train")["backend"], choices=["ps", "ddp"],
+                   help="the run's back end: the link check's all-reduce and the prediction use it")  # fmt: skip
+    p.add_argument("--kvstore", default=config_defaults("train")["kvstore"],
+                   choices=["dist_sync", "dist_async", "dist_sync_device", "dist_async_device"])  # fmt: skip
+    p.add_argument("--compute-s", type=seconds, default=None,
+                   help="a worker's step compute time (default: timed here on random clips)")  # fmt: skip
     p.add_argument("--out", required=True, help="the checks as JSON")
     p.set_defaults(func=cmd_check)
     p = cluster.add_parser("sync", help="rsync the working folder to every host of a plan")

@@ -70,12 +70,17 @@ def job_from_args(a: argparse.Namespace):
 
 
 def cmd_launch(a: argparse.Namespace) -> int:
+    from clipflow.cluster.prediction import format_prediction, prediction_of
     from clipflow.ps.exitcodes import RESUMABLE
     from clipflow.train.launch import HostRun, launch_training
 
     source = Path(a.job) if a.job else None
     local = HostRun.of(a.staged, a.host_dir)
     on_notice = a.on_notice or config_defaults("train")["on_notice"]
+    if a.plan:  # the link check's prediction (checks.json beside the plan, ssh launcher), before any role starts
+        prediction = prediction_of(Path(a.plan).parent / "checks.json")
+        if prediction:
+            print(f"clipflow train: {format_prediction(prediction)}", flush=True)
     code = launch_training(job_from_args(a), a.log_dir, a.grace, on_notice, source, local, a.slurm_notice)
     if code == RESUMABLE:  # the launcher said where it stopped and that a rerun goes on from there
         return code

@@ -24,8 +24,11 @@ from dataclasses import asdict, dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from clipflow.cluster.allreduce import format_allreduce, measure_allreduce
 from clipflow.cluster.hostsfile import Host
+from clipflow.cluster.links import LinkCheck, format_links, measure_links
 from clipflow.cluster.plan import Plan
+from clipflow.cluster.prediction import PredictionInputs, format_prediction
 from clipflow.cluster.remote_python import RemoteScriptError, run_remote_python
 from clipflow.cluster.ssh import SshSettings, connect
 from clipflow.cluster.storage_decision import StorageDecision, StorageMarker, decide_storage, judge_paths
@@ -155,12 +158,15 @@ def format_table(checks: list[HostCheck]) -> str:
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=False)) + "  " + r[-1] for r in rows)
 
 
-def write_checks(checks: list[HostCheck], path: str | Path, storage: StorageDecision | None = None) -> None:
+def write_checks(checks: list[HostCheck], path: str | Path, storage: StorageDecision | None = None,
+                 links: LinkCheck | None = None) -> None:  # fmt: skip
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = {"ok": all(c.ok for c in checks), "launcher": local_versions(), "hosts": [asdict(c) for c in checks]}
     if storage is not None:
         data["storage"] = asdict(storage)
+    if links is not None:
+        data["links"] = links.to_dict()
     path.write_text(json.dumps(data, indent=2) + "\n")
 
 
@@ -172,11 +178,19 @@ def failure_message(checks: list[HostCheck]) -> str | None:
 
 
 def check_plan(plan: Plan, paths: list[str], min_free_gb: float, out: str | Path, log=print,
-               storage: str = "", marker_dir: str | Path = "") -> list[HostCheck]:  # fmt: skip
+               storage: str = "", marker_dir: str | Path = "", link_seconds: float | None = None,
+               predict: PredictionInputs | None = None, backend: str = "ps",
+               kvstore: str = "dist_sync") -> list[HostCheck]:  # fmt: skip
     """Checks every host of ``plan`` (``paths`` as absolute paths there), logs the table, writes the checks to
     ``out``; raises ClipflowError naming each bad host and why. ``storage`` (cluster.storage: auto, shared or
     local; empty: not decided, the paths must exist on every host) is decided with a marker in ``marker_dir``,
-    printed and recorded in ``out``; with local storage the paths need not exist on the hosts."""
+    printed and recorded in ``out``; with local storage the paths need not exist on the hosts. Once every host
+    passed, the links between them are measured for ``link_seconds`` each way (:mod:`clipflow.cluster.links`;
+    None: skipped, cluster.link_check false), logged as a table and recorded under "links"; with ``predict`` (the
+    recipe and the back end), the plan's step time on those links is predicted and recorded with them. Then one
+    all-reduce across all the plan's workers with ``backend`` (ps: the ``kvstore`` mode) on the plan's own roles
+    (:mod:`clipflow.cluster.allreduce`, the roles' logs beside ``out`` in ``allreduce_logs``), recorded with the
+    links; a sum that fails is a note there, roles that cannot start at all a ClipflowError."""
     settings = plan.ssh_settings()
     paths = [str(Path(p).absolute()) for p in paths]
     checks = []
@@ -191,8 +205,33 @@ def check_plan(plan: Plan, paths: list[str], min_free_gb: float, out: str | Path
     if decision is not None:
         log(f"clipflow cluster: storage {decision.mode} ({decision.setting}): {decision.reason}")
     log(format_table(checks))
-    write_checks(checks, out, decision)
     problem = failure_message(checks)
+    if problem:
+        links = LinkCheck(False, "not measured: the host checks failed")
+    elif link_seconds is None:
+        links = LinkCheck(False, "skipped (cluster.link_check: false)")
+    else:
+        try:
+            links = measure_links(plan, link_seconds, log)
+            if predict is not None and links.measured:
+                links.prediction = predict.predict(plan, [asdict(p) for p in links.pairs])
+        except ClipflowError as exc:
+            write_checks(checks, out, decision, LinkCheck(False, f"failed: {exc}", link_seconds))
+            raise
+    log(format_links(links))
+    if links.measured:
+        try:
+            own_disks = decision is not None and decision.mode == "local"
+            logs = Path(out).parent / "allreduce_logs"
+            links.allreduce = measure_allreduce(plan, backend, kvstore, logs, own_disks=own_disks)
+        except ClipflowError as exc:
+            links.allreduce = {"backend": backend, "ok": False, "note": f"failed: {exc}"}
+            write_checks(checks, out, decision, links)
+            raise
+        log(format_allreduce(links.allreduce))
+    if links.prediction:
+        log(format_prediction(links.prediction))
+    write_checks(checks, out, decision, links)
     if problem:
         raise ClipflowError(problem)
     return checks

@@ -15,6 +15,9 @@ the same key, ``barrier`` and ``close`` wait for it. Parts held by a server on t
 same machine travel through shared memory (:mod:`clipflow.ps.shm`); :meth:`KVStore.buffer`
 hands out that memory as the key's tensor, which saves copying into it and out of it.
 
+In the ``_device`` modes the workers of one host push through their host group
+(:mod:`clipflow.ps.hostgroup`): one push per key part per host, its value shared back.
+
 The KVStore turns calls into requests; :class:`clipflow.ps.customer.Customer` sends them and
 collects their replies. Misuse (a bad key, shape or argument, a key not initialised) raises
 ClipflowError before anything is sent; a failure of the servers to answer properly (an error
@@ -39,6 +42,7 @@ from clipflow.errors import FAILURES, ClipflowError, CommError
 from clipflow.ps.compression import TwoBitCompression
 from clipflow.ps.customer import Customer, Request, Timeout
 from clipflow.ps.env import PSConfig
+from clipflow.ps.hostgroup import HostGroup
 from clipflow.ps.log import Log
 from clipflow.ps.node import NodeLink, Welcome
 from clipflow.ps.optimizer import KeySet
@@ -95,9 +99,11 @@ class KVStore:
         # servers on this machine (same advertised host, same boot id): parts go through shared memory
         self._local = {a.rank for a in welcome.servers if here and a.machine == here and a.host == cfg.node_host}
         self._shared: dict[int, _Shared] = {}  # key -> its region, where servers on this machine hold parts
+        self._group: HostGroup | None = None
         _live.add(self)
         _install_excepthook()
         atexit.register(self.close)
+        self._group = _host_group(mode, cfg, link, welcome, log)  # per-host aggregation (_device modes)
 
     @classmethod
     def create(cls, mode: str = "dist_sync", cfg: PSConfig | None = None) -> KVStore:
@@ -155,6 +161,8 @@ class KVStore:
             self._keys[k] = _KeyInfo(shape, flat.numel(), self._placement.place(k, flat.numel()))
         self._send_from_rank0(r for k, _, flat in prepared for r in self._stores(k, flat))
         self._attach([k for k, _, _ in prepared])
+        if self._group is not None:
+            self._group.attach([(k, flat.numel()) for k, _, flat in prepared])
         self.barrier()
 
     def push(self, key: int, value: TensorOrList) -> None:
@@ -163,6 +171,11 @@ class KVStore:
         info = self._info(key)
         self._customer.settle([key])
         flat = _flat32(key, value, info.shape, owned=not self._is_buffer(key, value))
+        if self._group is not None:  # the host group's leader pushes its sum; the others hand it their values
+            summed = self._group.push(key, flat)
+            if summed is None:
+                return
+            flat = summed
         self._customer.defer(key, [self._send_grad(Op.PUSH, key, info, p, flat) for p in info.parts])
 
     def pull(self, key: int | Sequence[int], out: TensorOrList | Sequence[TensorOrList]) -> None:
@@ -177,12 +190,23 @@ class KVStore:
             _Target(_out_list(k, o, i.shape), i.numel) for k, o, i in zip(key_list, out_list, infos, strict=True)
         ]
         self._customer.settle(key_list)
+        group = self._group
+        via_group = [i for i, k in enumerate(key_list) if group is not None and group.shares(k)]
+        from_leader = set(via_group) if group is not None and not group.is_leader else set()
         seqs = {
             self._customer.request(Request(p.server, Op.PULL, k, fields={"start": p.start})): (target, p)
-            for k, info, target in zip(key_list, infos, targets, strict=True)
+            for i, (k, info, target) in enumerate(zip(key_list, infos, targets, strict=True))
+            if i not in from_leader
             for p in info.parts
         }
         self._fill(Op.PULL, seqs)
+        for i in via_group:  # the value a host group's leader pulled after the group's push, shared
+            assert group is not None
+            if group.is_leader:
+                group.share(key_list[i], targets[i].buffer)
+            else:
+                np.copyto(targets[i].buffer, group.shared(key_list[i], infos[i].numel))
+                targets[i].finish()
 
     def pushpull(
         self,
@@ -202,6 +226,14 @@ class KVStore:
             raise ClipflowError(f"pushpull keys must be distinct, got {key_list}")
         infos = [self._info(k) for k in key_list]
         flats = [_flat32(k, v, i.shape) for k, v, i in zip(key_list, value_list, infos, strict=True)]
+        group = self._group
+        if group is not None:  # the host group's leader pushes its sums and shares the values; the others wait
+            self._customer.settle(key_list)
+            summed = [group.push(k, f) for k, f in zip(key_list, flats, strict=True)]
+            if not group.is_leader:
+                self.pull(key_list, out_list)
+                return
+            flats = [s for s in summed if s is not None]
         targets = [
             _Target(_out_list(k, o, i.shape), i.numel) for k, o, i in zip(key_list, out_list, infos, strict=True)
         ]
@@ -211,6 +243,9 @@ class KVStore:
             for p in info.parts:
                 seqs[self._send_grad(Op.PUSHPULL, k, info, p, flat)] = (target, p)
         self._fill(Op.PUSHPULL, seqs)
+        if group is not None:
+            for k, target in zip(key_list, targets, strict=True):
+                group.share(k, target.buffer)
 
     def broadcast(self, key: int, value: torch.Tensor, out: TensorOrList) -> None:
         """Rank 0's ``value`` ends up in every worker's ``out`` (initialising ``key`` if needed)."""
@@ -250,12 +285,20 @@ class KVStore:
 
     def server_stats(self) -> list[dict[int, int]]:
         """Per server rank: the keys it holds and how many elements of each (for tests and debugging)."""
+        return self._stats("keys")
+
+    def server_pushes(self) -> list[dict[int, int]]:
+        """Per server rank: the pushes (and pushpulls) it received so far, by sending worker rank (for tests)."""
+        return self._stats("pushes")
+
+    def _stats(self, field: str) -> list[dict[int, int]]:
+        """Per server rank: the counts under ``field`` of its STATS reply, by integer key."""
         self._check_open()
         seqs = [self._customer.request(r) for r in self._every_server(Op.STATS)]
         replies = self._customer.wait(seqs)
         try:
-            return [{int(k): int(n) for k, n in replies[seq]["keys"].items()} for seq in seqs]
-        except (AttributeError, TypeError, ValueError) as exc:
+            return [{int(k): int(n) for k, n in replies[seq][field].items()} for seq in seqs]
+        except (AttributeError, TypeError, ValueError, KeyError) as exc:
             raise CommError(f"a server sent a bad {Op.STATS} reply: {exc}") from None
 
     # -- optimizer on the servers (update_on_kvstore) and gradient compression ------------------
@@ -389,6 +432,12 @@ class KVStore:
         before its first push. See :mod:`clipflow.ps.compression` for the rule and the bit layout.
         """
         self._check_open()
+        if self._mode.endswith("_device"):
+            raise ClipflowError(
+                f"gradient compression (set_gradient_compression {dict(params)}) cannot be combined with kvstore "
+                f"mode {self._mode} (per-host aggregation); use mode {self._mode.removesuffix('_device')} "
+                "or no compression"
+            )
         try:
             compression = TwoBitCompression.from_params(params)
             key_set = KeySet.of(keys)
@@ -409,6 +458,8 @@ class KVStore:
         self._closed = True
         _live.discard(self)
         self._customer.close()
+        if self._group is not None:
+            self._group.close()
         self._link.close()
         atexit.unregister(self.close)
 
@@ -473,6 +524,8 @@ class KVStore:
         fields: dict[str, object] = {"sync": self._sync, "start": part.start}
         if self._optimizer is not None and key in self._optimizer_keys:
             fields["lr"] = self._optimizer["learning_rate"]
+        if self._group is not None:
+            fields["ranks"] = list(self._group.ranks)  # the leader's push stands for its whole host group
         values = flat[part.start : part.stop].numpy()
         arrays = [values]
         shared = self._shared.get(key)
@@ -640,6 +693,23 @@ def _as_lists(keys: object, values: object, what: str) -> tuple[list[int], list]
     if len(key_list) != len(value_list):
         raise ClipflowError(f"got {len(key_list)} keys but {len(value_list)} {what}")
     return key_list, value_list
+
+
+def _host_group(mode: str, cfg: PSConfig, link: NodeLink, welcome: Welcome, log: Log) -> HostGroup | None:
+    """The worker's host group where ``mode`` aggregates per host and it can; else None, said once in the log."""
+    if not mode.endswith("_device"):
+        return None
+    if not cfg.shm or not available():
+        why = "CLIPFLOW_PS_SHM=0" if not cfg.shm else "no shared memory (/dev/shm) here"
+    elif len(welcome.my_group()) == 1:
+        why = f"worker {welcome.rank} is the only worker on its host"
+    else:
+        group = HostGroup(cfg, link, welcome, log)
+        role = "pushes for" if group.is_leader else "pushes through worker " + str(group.leader) + " with"
+        log.note(f"mode {mode}: per-host aggregation, this worker {role} host group {list(group.ranks)}")
+        return group
+    log.note(f"mode {mode}: no per-host aggregation ({why}); every worker pushes its own values")
+    return None
 
 
 def _connect_servers(cfg: PSConfig, link: NodeLink, welcome: Welcome, log: Log) -> list[Channel]:

@@ -17,6 +17,10 @@ class Log:
         """Always printed."""
         self._write(text)
 
+    def note(self, text: str) -> None:
+        """Always printed: a fact said once (how this node works), not an error."""
+        self._write(text)
+
     def info(self, text: str) -> None:
         """Printed when PS_VERBOSE >= 1 (registration, connections, shutdown)."""
         if self.verbose >= 1:

@@ -103,6 +103,7 @@ class Welcome:
     num_worker: int
     servers: tuple[ServerAddress, ...]
     workers: tuple[str, ...] = ()  # to a server: the workers' uids by rank, so it serves them and no one else
+    groups: tuple[int, ...] = ()  # each worker rank's host group (see host_groups); empty: one group per worker
 
     @classmethod
     def from_message(cls, msg: Message) -> Welcome:
@@ -111,9 +112,30 @@ class Welcome:
             workers = msg.get("workers") or []
             if not isinstance(workers, list) or not all(isinstance(w, str) and UID.fullmatch(w) for w in workers):
                 raise ValueError(f"workers must be a list of uids, got {shown(workers)}")
-            return cls(int(msg["rank"]), int(msg["num_server"]), int(msg["num_worker"]), servers, tuple(workers))
+            num_worker = int(msg["num_worker"])
+            groups = msg.get("groups") or []
+            if groups and not _valid_groups(groups, num_worker):
+                raise ValueError(
+                    f"groups must give each of the {num_worker} worker ranks a group number, the groups "
+                    f"numbered by their lowest rank, got {shown(groups)}"
+                )
+            return cls(int(msg["rank"]), int(msg["num_server"]), num_worker, servers, tuple(workers), tuple(groups))
         except (TypeError, ValueError) as exc:
             raise WireError(f"bad {Op.WELCOME} from the scheduler: {exc}") from None
+
+    def host_groups(self) -> tuple[tuple[int, ...], ...]:
+        """The workers by host group, the groups in order: the order every dist_sync sum is made in.
+
+        A group is the workers with the same advertised host and the same machine id; the groups are
+        ordered by their lowest rank, the ranks inside one in increasing order. A server's sum of a round is
+        the sum over the groups, in this order, of the sum over each group's ranks, in this order.
+        """
+        groups = self.groups or tuple(range(self.num_worker))
+        return tuple(tuple(r for r, g in enumerate(groups) if g == i) for i in range(max(groups, default=-1) + 1))
+
+    def my_group(self) -> tuple[int, ...]:
+        """To a worker: the ranks of its own host group (itself first when alone)."""
+        return next((g for g in self.host_groups() if self.rank in g), (self.rank,))
 
     def to_fields(self) -> dict[str, object]:
         fields: dict[str, object] = {
@@ -124,11 +146,36 @@ class Welcome:
         }
         if self.workers:
             fields["workers"] = list(self.workers)
+        if self.groups:
+            fields["groups"] = list(self.groups)
         return fields
 
     def worker_identities(self) -> dict[bytes, int]:
         """To a server: each worker's socket identity towards it, and that worker's rank."""
         return {data_identity(uid, self.rank): rank for rank, uid in enumerate(self.workers)}
+
+
+def group_numbers(places: list[tuple[str, str]]) -> tuple[int, ...]:
+    """Each worker's host group, from (host, machine id) by rank: equal pairs share a group (a worker with no
+    machine id is alone); groups are numbered by their lowest rank. The groups fix the order of every sum, with
+    or without per-host aggregation."""
+    numbers: dict[tuple[str, str] | int, int] = {}
+    out = []
+    for rank, (host, machine) in enumerate(places):
+        place: tuple[str, str] | int = (host, machine) if machine else rank
+        out.append(numbers.setdefault(place, len(numbers)))
+    return tuple(out)
+
+
+def _valid_groups(groups: object, num_worker: int) -> bool:
+    if not isinstance(groups, list) or len(groups) != num_worker:
+        return False
+    top = -1
+    for g in groups:
+        if not isinstance(g, int) or isinstance(g, bool) or not 0 <= g <= top + 1:
+            return False
+        top = max(top, g)
+    return True
 
 
 class NodeLink:

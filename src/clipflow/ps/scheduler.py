@@ -38,7 +38,7 @@ import zmq
 from clipflow.ps.env import PSConfig
 from clipflow.ps.exitcodes import ABORTED
 from clipflow.ps.log import Log, print_abort
-from clipflow.ps.node import Registration, ServerAddress, Welcome, ctrl_identity, hb_identity, member_uid
+from clipflow.ps.node import Registration, ServerAddress, Welcome, ctrl_identity, group_numbers, hb_identity, member_uid
 from clipflow.ps.registry import Node, Registry, RegistryError
 from clipflow.ps.security import insecure_warning, keys_for, start_authenticator, stop_authenticator
 from clipflow.ps.signals import Terminated, sigterm_raises
@@ -208,10 +208,12 @@ class Scheduler:
             self._welcome_one(node)
 
     def _welcome_one(self, node: Node) -> None:
-        """WELCOME to ``node``; a server's also lists the workers, the only peers it serves."""
-        workers = sorted(self.registry.nodes("worker"), key=lambda n: n.rank or 0) if node.role == "server" else []
-        uids = tuple(n.uid for n in workers)
-        welcome = Welcome(node.rank or 0, self.cfg.num_server, self.cfg.num_worker, self._server_table(), uids)
+        """WELCOME to ``node``, with every worker's host group; a server's also lists the workers, the only peers it
+        serves."""
+        workers = sorted(self.registry.nodes("worker"), key=lambda n: n.rank or 0)
+        uids = tuple(n.uid for n in workers) if node.role == "server" else ()
+        groups = group_numbers([(n.host, n.machine) for n in workers])
+        welcome = Welcome(node.rank or 0, self.cfg.num_server, self.cfg.num_worker, self._server_table(), uids, groups)
         self.channel.try_send(Message(Op.WELCOME, welcome.to_fields()), ctrl_identity(node.uid))
         self.log.info(f"welcomed {node.describe()}")
 

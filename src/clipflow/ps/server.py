@@ -47,7 +47,7 @@ def run_server(cfg: PSConfig, updater: Updater | None = None) -> int:
             log.info(
                 f"rank {welcome.rank} of {welcome.num_server}, serving {welcome.num_worker} workers on port {port}"
             )
-            store = KeyValueStore(welcome.rank, welcome.num_worker, updater)
+            store = KeyValueStore(welcome.rank, welcome.num_worker, updater, welcome.host_groups())
             dedup = Dedup(f"server {welcome.rank}", cfg.resend)
             if cfg.drop_percent:
                 data.dropper = Dropper(cfg.drop_percent, drop_seed(cfg.drop_seed, "server", welcome.rank))

@@ -15,7 +15,7 @@ import numpy as np
 
 from clipflow.ps.compression import decompress
 from clipflow.ps.optimizer import KeySet, Optimizer
-from clipflow.ps.wire import Message, Op, WireError
+from clipflow.ps.wire import Message, Op, WireError, shown
 
 
 class Updater:
@@ -52,14 +52,45 @@ class OptimizerUpdater(Updater):
         return weight
 
 
+class _Sum:
+    """A sum made in a fixed order; the first term is kept as it came (a frame, or a worker's shared memory,
+    which nobody writes before the round is answered) until a second one makes a new array."""
+
+    def __init__(self) -> None:
+        self.array: np.ndarray | None = None
+        self.owned = False
+        self.terms = 0
+
+    def add(self, value: np.ndarray, owned: bool = False) -> None:
+        if self.array is None:
+            self.array, self.owned = value, owned
+        elif not self.owned:
+            self.array, self.owned = np.add(self.array, value), True
+        else:
+            self.array += value
+        self.terms += 1
+
+    def result(self) -> np.ndarray:
+        """The sum, in an array of its own (a lone term is copied: its sender may reuse its buffer)."""
+        assert self.array is not None
+        return self.array if self.owned else np.array(self.array, copy=True)
+
+
 @dataclass
 class _Round:
-    """Pushes to one key in the current dist_sync round."""
+    """Pushes to one key in the current dist_sync round, folded in the canonical order as they allow.
 
-    merged: np.ndarray | None = None
-    owned: bool = False  # False while ``merged`` is still the first push's own (read-only or shared) buffer
-    ranks: set[int] = field(default_factory=set)
-    lrs: dict[int, Any] = field(default_factory=dict)  # rank -> the learning rate its push carried
+    ``singles`` holds a worker's own push until the ranks before it in its group came; ``groups`` the sums of
+    the groups begun (by their number); ``whole`` a finished group's sum until the groups before it are in.
+    """
+
+    covered: set[int] = field(default_factory=set)
+    singles: dict[int, np.ndarray] = field(default_factory=dict)
+    groups: dict[int, _Sum] = field(default_factory=dict)
+    whole: dict[int, _Sum] = field(default_factory=dict)
+    total: _Sum = field(default_factory=_Sum)
+    next_group: int = 0
+    lrs: dict[int, Any] = field(default_factory=dict)  # lowest rank of a push -> the learning rate it carried
     waiting: list[tuple[bytes, Message]] = field(default_factory=list)
 
 
@@ -86,9 +117,21 @@ class KeyValueStore:
     request by raising WireError, which :meth:`handle` turns into the ERROR reply.
     """
 
-    def __init__(self, server_rank: int, num_worker: int, updater: Updater | None = None) -> None:
+    def __init__(
+        self,
+        server_rank: int,
+        num_worker: int,
+        updater: Updater | None = None,
+        groups: tuple[tuple[int, ...], ...] | None = None,
+    ) -> None:
         self.server_rank = server_rank
         self.num_worker = num_worker
+        # the workers' host groups (clipflow.ps.node.Welcome.host_groups): the order every round is summed in
+        self.groups = groups or tuple((r,) for r in range(num_worker))
+        self.group_of = {r: g for g, ranks in enumerate(self.groups) for r in ranks}
+        if sorted(self.group_of) != list(range(num_worker)):
+            raise ValueError(f"host groups {self.groups} do not cover the {num_worker} workers once each")
+        self.pushes: dict[int, int] = {}  # sending rank -> pushes (and pushpulls) received, for STATS
         self.updater = updater or Updater()
         self.values: dict[Slot, np.ndarray] = {}
         self.rounds: dict[Slot, _Round] = {}
@@ -122,11 +165,13 @@ class KeyValueStore:
     # -- the handlers, one per operation --------------------------------------------------------
 
     def _stats(self, peer: bytes, msg: Message) -> list[Reply]:
-        """The elements held per key (a split key's pieces added up)."""
+        """The elements held per key (a split key's pieces added up), and the pushes received per sending rank."""
         keys: dict[str, int] = {}
         for slot, v in self.values.items():
             keys[str(slot.key)] = keys.get(str(slot.key), 0) + int(v.size)
-        return [(peer, Message(Op.STATS, {"seq": msg.get("seq"), "rank": self.server_rank, "keys": keys}))]
+        pushes = {str(r): n for r, n in sorted(self.pushes.items())}
+        fields = {"seq": msg.get("seq"), "rank": self.server_rank, "keys": keys, "pushes": pushes}
+        return [(peer, Message(Op.STATS, fields))]
 
     def _init(self, peer: bytes, msg: Message) -> list[Reply]:
         """Store the value unless the slot has one already (the first init wins) or ``overwrite`` is set."""
@@ -143,38 +188,69 @@ class KeyValueStore:
 
     def _push(self, peer: bytes, msg: Message) -> list[Reply]:
         """PUSH and PUSHPULL: dist_async applies it at once; dist_sync adds it to the slot's round and answers
-        every worker of the round once the last one pushed."""
+        every push of the round once every worker rank is covered.
+
+        A push stands for its sender's rank, or (``ranks``, per-host aggregation) for the whole host group
+        the sender leads, whose sum it carries. The round's sum is made in the canonical order whatever the
+        order of arrival: over the groups in order, the sum of each group's ranks in order."""
         key = self._key(msg)
         stored = self._stored(key, msg)
         value = self._gradient(key, msg, stored.size)
         rank = msg.get("rank")
-        if not isinstance(rank, int) or not 0 <= rank < self.num_worker:
+        if not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < self.num_worker:
             raise WireError(f"{msg.op} of key {key} from bad worker rank {rank!r}")
+        ranks = self._ranks(key, rank, msg)
+        self.pushes[rank] = self.pushes.get(rank, 0) + 1
         if not msg.get("sync", True):
             self.values[key] = self._update(key, np.array(value, copy=True), stored, msg.get("lr"))
             return [(peer, self._reply(key, msg))]
         round_ = self.rounds.setdefault(key, _Round())
-        if rank in round_.ranks:
-            raise WireError(f"worker {rank} pushed key {key} twice in one round")
-        # The first push is kept as it came (its frame, or its worker's shared-memory region, which that
-        # worker does not touch before this round's reply); the second one sums both into a new array.
-        if round_.merged is None:
-            round_.merged = value
-        elif not round_.owned:
-            round_.merged, round_.owned = np.add(round_.merged, value), True
+        twice = round_.covered.intersection(ranks)
+        if twice:
+            raise WireError(f"worker {min(twice)} pushed key {key} twice in one round")
+        round_.covered.update(ranks)
+        if len(ranks) > 1:
+            whole = round_.whole[self.group_of[rank]] = _Sum()
+            whole.add(value)
         else:
-            round_.merged += value
-        round_.ranks.add(rank)
+            round_.singles[rank] = value
         round_.lrs[rank] = msg.get("lr")
-        round_.waiting.append((peer, Message(msg.op, dict(msg.fields))))  # drop the frame: merged has it
-        if len(round_.ranks) < self.num_worker:
+        round_.waiting.append((peer, Message(msg.op, dict(msg.fields))))  # drop the frame: the round has it
+        self._fold(round_)
+        if len(round_.covered) < self.num_worker:
             return []
         del self.rounds[key]
-        if not round_.owned:  # a single worker: its buffer may be reused once it has the reply
-            round_.merged = np.array(round_.merged, copy=True)
         # every worker should carry the same schedule; the lowest rank's learning rate is the round's
-        self.values[key] = self._update(key, round_.merged, stored, round_.lrs[min(round_.lrs)])
+        self.values[key] = self._update(key, round_.total.result(), stored, round_.lrs[min(round_.lrs)])
         return [(p, self._reply(key, m)) for p, m in round_.waiting]
+
+    def _ranks(self, key: Slot, rank: int, msg: Message) -> tuple[int, ...]:
+        """The ranks a push stands for: its sender's, or the whole host group it leads (``ranks``)."""
+        ranks = msg.get("ranks")
+        if ranks is None:
+            return (rank,)
+        group = self.groups[self.group_of[rank]]
+        if ranks != list(group) or rank != group[0]:
+            raise WireError(
+                f"{msg.op} of key {key} from worker {rank} stands for ranks {shown(ranks)}; a host group's "
+                f"push comes from its lowest rank and names its ranks {list(group)}"
+            )
+        return group
+
+    def _fold(self, round_: _Round) -> None:
+        """Add what arrived in the canonical order as far as it goes, keeping as few arrays as possible."""
+        for g in sorted({self.group_of[r] for r in round_.singles}):
+            members = self.groups[g]
+            acc = round_.groups.setdefault(g, _Sum())
+            while acc.terms < len(members) and members[acc.terms] in round_.singles:
+                acc.add(round_.singles.pop(members[acc.terms]))
+            if acc.terms == len(members):
+                round_.whole[g] = round_.groups.pop(g)
+        while round_.next_group in round_.whole:
+            done = round_.whole.pop(round_.next_group)
+            assert done.array is not None
+            round_.total.add(done.array, owned=done.owned)
+            round_.next_group += 1
 
     def _set_optimizer(self, peer: bytes, msg: Message) -> list[Reply]:
         """Run an optimizer on pushes to the keys given; a new configuration keeps the states and multipliers."""

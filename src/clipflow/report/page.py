@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import html
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -182,6 +183,69 @@ def _cluster(plan: dict, checks: dict | None) -> str:
     return part
 
 
+def _measured_step(history: list[dict]) -> float | None:
+    """A worker's measured seconds a step: the per-worker batch over the median per-worker clips/s of the epochs
+    after the first (as the scaling figure takes a run's speed), data loading included."""
+    speeds = [h["clips_per_s"] / len(h["workers"]) for h in history if h.get("workers") and h.get("clips_per_s")]
+    batch = history[-1].get("batch_size") if history else None
+    if not speeds or not batch:
+        return None
+    return batch / statistics.median(speeds[1:] or speeds)
+
+
+def _links(checks: dict | None, history: list[dict]) -> str:
+    """The link check: each pair's bandwidth and latency, the likely straggler named, and the predicted step time
+    per back end beside the measured one."""
+    links = (checks or {}).get("links")
+    if not links:
+        return ""
+    if not links.get("measured"):
+        return f"<h3>Links</h3><p>{html.escape(str(links.get('note')))}</p>"
+    slow = {(s["a"], s["b"]): s["why"] for s in links.get("straggler", [])}
+    rows = [[f"{p['a']} <-> {p['b']}", p["gbit_s"], p["up_gbit_s"], p["down_gbit_s"], p["latency_ms"],
+             f"likely straggler: {slow[(p['a'], p['b'])]}" if (p["a"], p["b"]) in slow else ""]
+            for p in links.get("pairs", [])]  # fmt: skip
+    part = "<h3>Links</h3>" + table(["pair", "Gbit/s", "a to b", "b to a", "latency ms (one way)", ""], rows)
+    named = ", ".join(f"{a} <-> {b}" for a, b in slow) or "none: no pair far below the others"
+    part += (f'<p class="caption">ZeroMQ TCP between every pair of hosts, {links.get("seconds")} s each way; the '
+             f"likely straggler: {html.escape(named)}.</p>")  # fmt: skip
+    part += _allreduce(links.get("allreduce"))
+    prediction = links.get("prediction")
+    if prediction:
+        measured = _measured_step(history)
+        compute = prediction["compute_s"]
+        rows = []
+        for name, b in prediction["backends"].items():
+            this = name == prediction["uses"]
+            rows.append([name + (" (this run)" if this else ""), b["step_s"], b["exchange_s"],
+                         b["bytes_per_host"] / 1e6, b["efficiency"], measured if this else None,
+                         compute / measured if this and measured else None])  # fmt: skip
+        part += "<h3>Step time: predicted and measured</h3>" + table(
+            ["back end", "predicted step s", "exchange s", "MB a host sends", "predicted efficiency",
+             "measured step s", "measured efficiency"], rows)  # fmt: skip
+        part += (f'<p class="caption">Predicted from the slowest host link ({prediction["gbit_s"]:.3g} Gbit/s, '
+                 f"{prediction['latency_ms']:.3g} ms), {prediction['grad_bytes'] / 1e6:.1f} MB of gradient and "
+                 f"{compute:.3g} s of compute a step (one worker, timed on the launching node), for "
+                 f"{prediction['hosts']} hosts x {prediction['workers_per_host']} workers. The measured step is a "
+                 "worker's batch over its clips/s (data loading included); its efficiency the same compute time "
+                 "over it.</p>")  # fmt: skip
+    return part
+
+
+def _allreduce(figures: dict | None) -> str:
+    """The link check's all-reduce across all workers: its seconds and bus bandwidth, or what went wrong."""
+    if not figures:
+        return ""
+    what = f"{figures.get('backend')} {figures.get('mode', '')}".strip()
+    if not figures.get("ok"):
+        return f"<p>All-reduce across all workers ({html.escape(what)}): {html.escape(str(figures.get('note')))}</p>"
+    rows = [[what, figures["workers"], figures["bytes"] / 1e6, figures["seconds"], figures["gbit_s"]]]
+    part = table(["back end", "workers", "MB summed", "seconds", "bus Gbit/s"], rows)
+    return part + (f'<p class="caption">One sum of {figures["bytes"] / 1e6:.3g} MB across all the workers on the '
+                   f"run's own roles, the mean of {figures['rounds']} rounds after a warm-up; bus Gbit/s: the bytes x "
+                   f"{figures['factor']:.3g} / seconds ({html.escape(figures['factor_of'])}).</p>")  # fmt: skip
+
+
 def _storage(checks: dict | None, staged: dict | None) -> str:
     """The storage the host checks decided, and with local storage the bytes staged per host against the data
     set's total."""
@@ -309,6 +373,7 @@ def write_report(inputs: ReportInputs, out_dir: str | Path, run: str = "") -> Pa
         _throughput(history, out),
         _scaling(inputs.results, metrics["recipe"], history[-1].get("batch_size"), out),
         _cluster(plan, checks),
+        _links(checks, history),
         _storage(checks, staged),
         _restarts(restarts_file(inputs, collected), out),
         _collected(collected),

@@ -41,6 +41,11 @@ class PSSettings:
         """These are parameter-server settings: with ``ddp`` (the job schema knows the back ends) only the
         synchronous defaults make sense."""
         if backend == "ps":
+            if self.mode.endswith("_device") and self.compression != "none":
+                raise ClipflowError(
+                    f"--compression {self.compression} cannot be combined with --kvstore {self.mode} (per-host "
+                    f"aggregation); use --kvstore {self.mode.removesuffix('_device')} or --compression none"
+                )
             return
         if self.mode != "dist_sync":
             raise ClipflowError(

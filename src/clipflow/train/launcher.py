@@ -15,7 +15,8 @@ exits RESUMABLE with one line saying where it stopped (a worker that got the not
 straight from Slurm or the system and exits RESUMABLE is taken the same way). The
 programs of `clipflow launch` (SIGUSR1 only) do what they do with it. A second signal,
 or workers still running when the time is up, falls back to the teardown above.
-SIGINT always stops at once. Processes that only echo a
+SIGINT always stops at once. Given a time limit (the link check's all-reduce), the launcher stops everything
+once it has passed, and says so. Processes that only echo a
 failure elsewhere (exit status ABORTED) are not taken for its cause while the cause
 can still be seen exiting. Nothing is left running. A program that cannot be started
 here (not found, not executable) is one ClipflowError naming it and its role, after
@@ -46,6 +47,7 @@ from clipflow.train.notice import HELD, STOPPED
 POLL_S = 0.1
 SETTLE_S = 3.0  # after an echo of a failure, how long to wait for the process that caused it
 SSH_FAILED = 255  # the OpenSSH client's own failure
+TIMED_OUT = 124  # past the launcher's time limit (as timeout(1) exits)
 
 
 @dataclass
@@ -131,8 +133,10 @@ class Launcher:
         grace_s: float = 10.0,
         console: IO[str] | None = None,
         notice: NoticePolicy | None = None,
+        time_limit_s: float | None = None,
     ):
         self.commands = commands
+        self.time_limit_s = time_limit_s  # everything is stopped once this many seconds have passed (a probe's bound)
         self.log_dir = Path(log_dir)
         self.grace_s = grace_s
         self.console = console or sys.stdout
@@ -271,12 +275,17 @@ class Launcher:
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
         failure: tuple[RoleCommand, int] | None = None
         workers = [i for i, c in enumerate(self.commands) if c.role.role == "worker"]
+        began = time.monotonic()
+        late = False
         try:
             for cmd in self.commands:
                 self._start(cmd)
             workers_done_at: float | None = None
             first_echo_at: float | None = None
             while self.stop_signal is None:
+                if self.time_limit_s is not None and time.monotonic() - began > self.time_limit_s:
+                    late = True
+                    break
                 if self._deadline_passed():
                     self.notice_signal = signal.SIGUSR1
                     self.say("clipflow launch: the Slurm job's time limit is near (--slurm-notice): a notice")
@@ -326,6 +335,11 @@ class Launcher:
             name = signal.Signals(self.stop_signal).name
             self.say(f"clipflow launch: got {name}; stopped {stopped} running processes in {teardown_s:.1f} s")
             self.ending = Ending(128 + self.stop_signal, f"the launcher got {name}")
+            return self.ending.code
+        if late:
+            self.say(f"clipflow launch: not done within {self.time_limit_s:g} s; stopped {stopped} running processes "
+                     f"in {teardown_s:.1f} s")  # fmt: skip
+            self.ending = Ending(TIMED_OUT, f"not done within {self.time_limit_s:g} s", failed=True)
             return self.ending.code
         if failure:
             cmd, code = failure
