@@ -9,12 +9,19 @@ Hooks: ``--order`` runs the collected tests in another order, to show a test tha
 it: ``--order reverse``, or ``--order shuffle:SEED`` (the modules in a random order, then the tests inside each;
 the same SEED, the same order). ``--order shuffle`` picks a seed and shows it in the header. The tests of a module
 stay together, so a module-scoped fixture is still made once.
+
+Side by side (pytest-xdist, ``make test`` runs ``-n 3 --dist loadgroup``): most of the suite's time is waiting
+(Slurm, sshd hosts, Snakemake, training processes), so three workers share the two cores. Each module is one group
+that one worker runs whole (its module-scoped fixtures are made once); every test that uses the session's Slurm
+cluster is in the group ``slurm`` (one cluster, one worker). In the default order the longest groups come first,
+so no long group starts last; a shuffle's seed is chosen once and handed to every worker.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,6 +34,10 @@ if TYPE_CHECKING:
 
 os.environ.setdefault("CLIPFLOW_NO_PROGRESS", "1")
 ORDER = pytest.StashKey[tuple[str, int | None]]()  # --order: ("default" | "reverse" | "shuffle", the shuffle's seed)
+ORDER_INPUT = "clipflow_order"  # the controller's resolved --order, handed to each xdist worker
+# Groups that take longest, started first in the default order (the rest keep their order): the Slurm group, then
+# the modules that run Snakemake, then those on sshd hosts.
+FIRST = ("slurm", "workflow", "hosts")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -40,7 +51,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    value = config.getoption("order")
+    value = getattr(config, "workerinput", {}).get(ORDER_INPUT) or config.getoption("order")
     kind, colon, seed = value.partition(":")
     if value in ("default", "reverse"):
         config.stash[ORDER] = (value, None)
@@ -61,11 +72,39 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     return f"test order: {kind}" + ("" if seed is None else f":{seed} (again with --order shuffle:{seed})")
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """pytest-xdist: every worker orders the tests as the controller does (one shuffle seed for all)."""
+    kind, seed = node.config.stash[ORDER]
+    node.workerinput[ORDER_INPUT] = kind if seed is None else f"{kind}:{seed}"
+
+
+def xdist_group(item: pytest.Item) -> str:
+    """The group a test runs in under pytest-xdist: ``slurm`` for every user of the Slurm cluster, else its module."""
+    return "slurm" if "slurm_cluster_session" in getattr(item, "fixturenames", ()) else item.path.stem
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Puts each test in its xdist group (collection's end is where xdist reads the marks)."""
+    if item.config.pluginmanager.hasplugin("xdist"):
+        item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
+
+
+def first_rank(item: pytest.Item) -> int:
+    """Where a test's group starts in the default order: the longest kinds of group first (FIRST), then the rest."""
+    if xdist_group(item) == "slurm":
+        return 0
+    marks = {mark.name for mark in item.iter_markers()}
+    return next((rank for rank, name in enumerate(FIRST) if name in marks), len(FIRST))
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Reorders the tests for ``--order`` (after pytest's own ordering and any deselection)."""
     kind, seed = config.stash[ORDER]
-    if kind == "reverse":
+    if kind == "default" and hasattr(config, "workerinput"):
+        items.sort(key=first_rank)  # stable: a group's tests keep their order
+    elif kind == "reverse":
         items.reverse()
     elif kind == "shuffle":
         rng = random.Random(seed)
@@ -77,6 +116,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for group in groups:
             rng.shuffle(group)
         items[:] = [item for group in groups for item in group]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_process_outlives_the_session() -> Iterator[None]:
+    """Every process the suite starts carries one marker in its environment; at the session's end (after every
+    other fixture's teardown) none may be left: those found are killed and named in an error."""
+    from leftover_helpers import MARKER, end_leftovers
+
+    token = f"{os.getpid()}-{time.time_ns()}"
+    os.environ[MARKER] = token
+    yield
+    left = end_leftovers(token)
+    assert not left, "processes outlived the tests that started them (now killed):\n" + "\n".join(
+        f"{pid} {cmd}" for pid, cmd in sorted(left.items())
+    )
 
 
 @pytest.fixture(scope="session")
@@ -148,14 +202,30 @@ def make_cluster(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
 
 
 @pytest.fixture(scope="session")
-def slurm(tmp_path_factory) -> Iterator:
+def slurm_cluster_session(tmp_path_factory) -> Iterator:
     """A real Slurm cluster (munged, slurmctld, a slurmd on each of three network-namespace hosts), shared by every
     test that runs jobs; skips, naming what is missing, unless root with Slurm's programs (tests/slurm_cluster.py).
-    Each test must leave it quiet: no job queued or running, no process on a node but its slurmd."""
+    Tests take it through ``slurm`` (or a module fixture through ``slurm_module``), which end what the test left."""
     from slurm_cluster import slurm_cluster
 
     with slurm_cluster(tmp_path_factory.mktemp("slurm")) as cluster:
         yield cluster
+
+
+@pytest.fixture
+def slurm(slurm_cluster_session) -> Iterator:
+    """The session's Slurm cluster for one test. Each test must leave it quiet (no job queued or running, no process
+    on a node but its slurmd) and checks that itself; whatever it left anyway, pass or fail, is cancelled and killed
+    when it ends, so no job of one test trains during the next."""
+    yield slurm_cluster_session
+    slurm_cluster_session.clear()
+
+
+@pytest.fixture(scope="module")
+def slurm_module(slurm_cluster_session) -> Iterator:
+    """The session's Slurm cluster for a module's shared fixture; what the module left is ended with the module."""
+    yield slurm_cluster_session
+    slurm_cluster_session.clear()
 
 
 @pytest.fixture(scope="session")

@@ -32,7 +32,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from netns_hosts import NetnsHosts, die_with_parent, wait_until
+from netns_hosts import NetnsHosts, die_with_parent, kill_pids, wait_until
 
 from clipflow.train.requeue import job_facts
 
@@ -148,9 +148,12 @@ class SlurmCluster:
                 "SlurmdUser=root",
                 "AuthType=auth/munge",
                 "CredType=cred/munge",
-                # cred_expire (default 120 s) is also how long a requeued job waits before it may start again:
-                # 30 s keeps the time-limit test's requeue short and still gives a step's launch ample time
-                f"AuthInfo=socket={self._munge_socket},cred_expire=30",
+                # cred_expire (default 120 s) is also how long a requeued job waits before it may start again
+                # (its begin time is the requeue + cred_expire + 1 s), and the scheduler starts it at its next pass
+                # after that (every 60 s, backfill every 30 s by default): 15 s and passes every 2 s bring a requeue
+                # from ~56 s (30 s and the default passes) down to ~17 s, and 15 s is still ample for a step's launch
+                f"AuthInfo=socket={self._munge_socket},cred_expire=15",
+                "SchedulerParameters=sched_interval=2,bf_interval=2",
                 "MpiDefault=none",
                 "GresTypes=gpu",  # a resource this cluster knows, though none of its nodes has one
                 "ProctrackType=proctrack/linuxproc",
@@ -242,6 +245,21 @@ class SlurmCluster:
         """Wait until no job is queued or running and no process but the slurmds is left on any node; else raise."""
         if not wait_until(lambda: not self.job_ids() and not self.node_processes(), timeout_s, 0.25):
             raise AssertionError(f"left behind: jobs {self.job_ids()}, processes {self.node_processes()}")
+
+    def clear(self, timeout_s: float = 30) -> list[str]:
+        """End whatever a test left: cancel every job, then kill every process on a node but its slurmd. Returns
+        what was found (jobs and processes), so the caller can tell a test that left nothing from one that did."""
+        found = [f"job {job}" for job in self.job_ids()]
+        if found:
+            self.run(["scancel", *[job.removeprefix("job ") for job in found]], check=False)
+            wait_until(lambda: not self.job_ids(), timeout_s, 0.25)
+        left = self.node_processes()
+        for node, procs in left.items():
+            found += [f"{node}: {proc}" for proc in procs]
+            kill_pids([int(proc.split()[0]) for proc in procs])
+        if left:
+            wait_until(lambda: not self.node_processes(), timeout_s, 0.25)
+        return found
 
     def logs(self, tail: int = 3000) -> str:
         """The ends of the daemons' logs, for failure messages."""

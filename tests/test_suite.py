@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from helpers import REPO, python_env
+from leftover_helpers import MARKER, carrying, end_leftovers
 
 TESTS = Path(__file__).resolve().parent
 
@@ -101,3 +102,18 @@ def test_order_option_reverses_and_shuffles_the_same_way_for_a_seed() -> None:
     bad = collected("--order", "shuffle:x")
     assert bad.returncode == 4
     assert "--order must be default, reverse, shuffle or shuffle:SEED (a whole number); got 'shuffle:x'" in bad.stderr
+
+
+def test_a_process_left_by_the_session_is_found_by_its_marker_and_killed() -> None:
+    token = "suite-check-1"
+    left = subprocess.Popen(["sleep", "60"], env={**python_env(), MARKER: token})
+    other = subprocess.Popen(["sleep", "60"], env={**python_env(), MARKER: "another-session"})
+    try:
+        assert carrying(token) == {left.pid: "sleep 60"}
+        assert end_leftovers(token, grace_s=0.5) == {left.pid: "sleep 60"}
+        assert left.wait(timeout=10) == -9 and other.poll() is None  # killed; the other session's left alone
+        assert carrying(token) == {}
+    finally:
+        for proc in (left, other):
+            proc.kill()
+            proc.wait()

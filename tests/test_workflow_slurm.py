@@ -31,13 +31,13 @@ def tiny_slurm_config(**slurm_settings) -> dict:
 
 
 @pytest.fixture(scope="module")
-def slurm_run(slurm, tmp_path_factory) -> dict:
+def slurm_run(slurm_module, tmp_path_factory) -> dict:
     """One whole run on the cluster: its workdir, Snakemake's result and the train and evaluate jobs' records."""
     work = copy_workflow(tmp_path_factory.mktemp("flow-slurm"))
     (work / "tiny.yaml").write_text(json.dumps(tiny_slurm_config()))
-    done = snakemake_slurm(slurm, work, "train_slowfast", "--verbose")
-    return {"work": work, "done": done, "train": jobs_of_rule(slurm, "train"),
-            "evaluate": jobs_of_rule(slurm, "evaluate"), "splits": jobs_of_rule(slurm, "splits")}  # fmt: skip
+    done = snakemake_slurm(slurm_module, work, "train_slowfast", "--verbose")
+    return {"work": work, "done": done, "train": jobs_of_rule(slurm_module, "train"),
+            "evaluate": jobs_of_rule(slurm_module, "evaluate"), "splits": jobs_of_rule(slurm_module, "splits")}
 
 
 def test_the_slurm_profile_runs_the_workflow_to_its_metrics_and_report(slurm, slurm_run):
