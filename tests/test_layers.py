@@ -6,14 +6,15 @@ The order, lowest first (docs/architecture.md draws it):
 0. the base modules beside the rooms: errors (with every exit code), files, textfile, values, checksums,
    environment, made, host_log, schemas, workflow_settings;
 1. ``ps/``, the parameter server;
-2. ``data/`` and ``models/``;
-3. ``recipe``;
-4. ``hosts/``: the plan and hosts file, ssh and the files on a host, sync, ports, Slurm allocations;
-5. ``launch/``: starting, watching, signalling and tearing down the processes on the hosts;
-6. ``train/``: the training job, its restarts and its worker;
-7. ``cluster/`` (checks, links, prediction, staging), ``collect/``, ``evaluate/``, ``report/``: none imports another;
-8. ``workflow_checks``;
-9. ``cli/``; 10. ``__main__``.
+2. ``data/``;
+3. ``models/`` (with the scoring loop that training's validation and evaluation share);
+4. ``recipe``;
+5. ``hosts/``: the plan and hosts file, ssh and the files on a host, sync, ports, Slurm allocations;
+6. ``launch/``: starting, watching, signalling and tearing down the processes on the hosts;
+7. ``train/``: the training job, its restarts and its worker;
+8. ``cluster/`` (checks, links, prediction, staging), ``collect/``, ``evaluate/``, ``report/``: none imports another;
+9. ``workflow_checks``;
+10. ``cli/``; 11. ``__main__``.
 """
 
 import ast
@@ -25,7 +26,8 @@ LAYERS = [
     {"__init__", "errors", "files", "textfile", "values", "checksums", "environment", "made", "host_log",
      "schemas", "workflow_settings"},
     {"ps"},
-    {"data", "models"},
+    {"data"},
+    {"models"},
     {"recipe"},
     {"hosts"},
     {"launch"},

@@ -9,9 +9,9 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 
 from clipflow.cluster.prediction import shape_overrides
-from clipflow.cluster.slurm_partitions import check_partition
-from clipflow.cluster.slurm_resources import job_resources
-from clipflow.cluster.staged import staging_name
+from clipflow.hosts.slurm_partitions import check_partition
+from clipflow.hosts.slurm_resources import job_resources
+from clipflow.hosts.staged import staging_name
 from clipflow.errors import ClipflowError
 from clipflow.recipe import load_recipe, recipe_path
 from clipflow.workflow_checks import check_config_with_recipe

@@ -20,7 +20,7 @@ from clipflow.schemas import config_defaults
 
 
 def cmd_plan(a: argparse.Namespace) -> int:
-    from clipflow.cluster.plan import create_plan, plan_hosts, ssh_fields
+    from clipflow.hosts.plan import create_plan, plan_hosts, ssh_fields
 
     ssh = ssh_fields(a.launcher, ssh_settings(a), a.python, a.workdir)
     hosts = plan_hosts(a.hosts_file, a.hosts, a.launcher)
@@ -32,8 +32,8 @@ def cmd_plan(a: argparse.Namespace) -> int:
 
 
 def cmd_keys(a: argparse.Namespace) -> int:
-    from clipflow.cluster.keys import authorize_hosts
-    from clipflow.cluster.plan import plan_hosts
+    from clipflow.hosts.keys import authorize_hosts
+    from clipflow.hosts.plan import plan_hosts
 
     authorize_hosts(plan_hosts(a.hosts_file, a.hosts), ssh_settings(a), a.key_type, a.out)
     return 0
@@ -41,7 +41,7 @@ def cmd_keys(a: argparse.Namespace) -> int:
 
 def cmd_check(a: argparse.Namespace) -> int:
     from clipflow.cluster.checks import check_plan
-    from clipflow.cluster.plan import Plan
+    from clipflow.hosts.plan import Plan
 
     if a.storage and not a.marker_dir:
         raise ClipflowError("--storage needs --marker-dir: the folder of the run's files, where the marker goes")
@@ -59,16 +59,16 @@ def cmd_check(a: argparse.Namespace) -> int:
 
 
 def cmd_sync(a: argparse.Namespace) -> int:
-    from clipflow.cluster.plan import Plan
-    from clipflow.cluster.sync import sync_plan
+    from clipflow.hosts.plan import Plan
+    from clipflow.hosts.sync import sync_plan
 
     sync_plan(Plan.read(a.plan), a.src, a.dst, a.stamp)
     return 0
 
 
 def cmd_stage(a: argparse.Namespace) -> int:
-    from clipflow.cluster.plan import Plan
     from clipflow.cluster.stage import stage_data
+    from clipflow.hosts.plan import Plan
 
     stage_data(Plan.read(a.plan), a.checks, a.index_dir, a.splits_dir, a.root, a.stage_dir, a.name, a.out)
     print(f"staged data written to {a.out}")
@@ -76,8 +76,8 @@ def cmd_stage(a: argparse.Namespace) -> int:
 
 
 def cmd_unstage(a: argparse.Namespace) -> int:
-    from clipflow.cluster.plan import Plan
     from clipflow.cluster.stage import unstage
+    from clipflow.hosts.plan import Plan
 
     unstage(Plan.read(a.plan), a.stage_dir, a.name)
     return 0
@@ -96,8 +96,8 @@ def env_pairs(items: list[str]) -> dict[str, str]:
 def config_from_args(a: argparse.Namespace):
     """`clipflow launch`'s flags as a LaunchConfig (defaults as launch.py's: ssh with a hosts file, else local;
     as many servers as workers)."""
-    from clipflow.cluster.plan import plan_hosts
-    from clipflow.train.launch import LaunchConfig
+    from clipflow.hosts.plan import plan_hosts
+    from clipflow.launch.start import LaunchConfig
 
     launcher = a.launcher or ("ssh" if a.hosts_file else "local")
     return LaunchConfig(
@@ -121,7 +121,7 @@ def config_from_args(a: argparse.Namespace):
 
 def cmd_launch(a: argparse.Namespace) -> int:
     """MXNet launch.py's job: start a scheduler, servers and workers running the command."""
-    from clipflow.train.launch import launch_program
+    from clipflow.launch.start import launch_program
 
     command = a.command[1:] if a.command[:1] == ["--"] else a.command
     return launch_program(config_from_args(a), command)

@@ -10,9 +10,9 @@ from clipflow.schemas import config_defaults
 
 
 def cmd_collect(a: argparse.Namespace) -> int:
-    from clipflow.cluster.plan import Plan
     from clipflow.collect.gather import MANIFEST, collect_run
-    from clipflow.train.launch import HostRun
+    from clipflow.hosts.plan import Plan
+    from clipflow.launch.start import HostRun
 
     local = HostRun.of(a.staged, a.host_dir)
     host_dir = local.folder if local else ""

@@ -45,7 +45,7 @@ def setting(a: argparse.Namespace, name: str, default):
 def job_from_args(a: argparse.Namespace):
     """The flags of `train launch` as a TrainJob (checked as it is made): a job file (--job), or the plan, the
     recipe and its overrides, the back end's settings, the paths and the seed."""
-    from clipflow.cluster.plan import Plan
+    from clipflow.hosts.plan import Plan
     from clipflow.recipe import load_recipe
     from clipflow.train.job import TrainJob
 
@@ -71,8 +71,9 @@ def job_from_args(a: argparse.Namespace):
 
 def cmd_launch(a: argparse.Namespace) -> int:
     from clipflow.cluster.prediction import format_prediction, prediction_of
-    from clipflow.ps.exitcodes import RESUMABLE
-    from clipflow.train.launch import HostRun, launch_training
+    from clipflow.errors import RESUMABLE
+    from clipflow.launch.start import HostRun
+    from clipflow.train.launch import launch_training
 
     source = Path(a.job) if a.job else None
     local = HostRun.of(a.staged, a.host_dir)
