@@ -500,9 +500,9 @@ def main() -> None:
     from dataclasses import asdict
 
     from clipflow.cluster.links import format_links
-    from clipflow.cluster.ports import free_port
     from clipflow.cluster.prediction import format_prediction, predict_shape
     from clipflow.cluster.step_prediction import PlanShape, predict_step
+    from clipflow.hosts.ports import free_port
 
     counts = sorted({int(c) for c in args.hosts.split(",")} | {1})
     runs = args.runs.split(",")

@@ -19,10 +19,10 @@ import sys
 import time
 from pathlib import Path
 
-from clipflow.cluster.hostsfile import hosts_from_config
-from clipflow.cluster.plan import make_plan
-from clipflow.cluster.ports import free_port
-from clipflow.train.roles import ps_environment
+from clipflow.hosts.hostsfile import hosts_from_config
+from clipflow.hosts.plan import make_plan
+from clipflow.hosts.ports import free_port
+from clipflow.launch.roles import ps_environment
 
 WORKERS = 2
 

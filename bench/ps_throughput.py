@@ -35,7 +35,7 @@ import sys
 import time
 from pathlib import Path
 
-from clipflow.cluster.ports import free_port
+from clipflow.hosts.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src"

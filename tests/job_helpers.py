@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from clipflow.cluster.hostsfile import Host
-from clipflow.cluster.plan import make_plan
+from clipflow.hosts.hostsfile import Host
+from clipflow.hosts.plan import make_plan
 from clipflow.recipe import load_recipe
 from clipflow.train.job import TrainJob
 

@@ -10,9 +10,9 @@ import sys
 
 from helpers import python_env
 
-from clipflow.cluster.ports import free_port
 from clipflow.data.listfile import VideoEntry, read_list, write_list
 from clipflow.data.scan import scan
+from clipflow.hosts.ports import free_port
 
 TINY = {
     "train": {"epochs": 1, "batch_size": 2, "warmup_epochs": 0},

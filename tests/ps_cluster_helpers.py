@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from clipflow.cluster.ports import free_port
+from clipflow.hosts.ports import free_port
 from clipflow.ps.wire import Message, decode, encode
 
 TESTS = Path(__file__).resolve().parent

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from helpers import assert_refused, clipflow
 
-from clipflow.cluster.hostsfile import hosts_from_config
-from clipflow.cluster.plan import make_plan
 from clipflow.errors import ClipflowError
+from clipflow.hosts.hostsfile import hosts_from_config
+from clipflow.hosts.plan import make_plan
 
 
 @pytest.mark.parametrize(

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 from helpers import clipflow, python_env
 
-from clipflow.cluster.hostsfile import Host, hosts_from_config
-from clipflow.cluster.keys import ensure_local_key, public_key
-from clipflow.cluster.plan import make_plan, place
-from clipflow.cluster.ports import free_port
-from clipflow.cluster.ssh import SshSettings, ssh_options
-from clipflow.cluster.sync import EXCLUDES, rsync_argv
 from clipflow.errors import ClipflowError
+from clipflow.hosts.hostsfile import Host, hosts_from_config
+from clipflow.hosts.keys import ensure_local_key, public_key
+from clipflow.hosts.plan import make_plan, place
+from clipflow.hosts.ports import free_port
+from clipflow.hosts.ssh import SshSettings, ssh_options
+from clipflow.hosts.sync import EXCLUDES, rsync_argv
 
 
 def _placed(hosts: list[Host], workers: int, servers: int, how: str) -> list[tuple[str, int, str]]:
@@ -155,8 +155,8 @@ def test_launch_refuses_bad_input_with_a_message(args: list[str], message: str, 
 
 def test_slurm_roles_start_with_srun_and_carry_their_values_in_the_environment(tmp_path: Path) -> None:
     """No Slurm controller here: this checks the srun command lines and environments the launcher would run."""
-    from clipflow.cluster.slurm import allocation_from_env
-    from clipflow.train.roles import role_commands
+    from clipflow.hosts.slurm import allocation_from_env
+    from clipflow.launch.roles import role_commands
 
     alloc = allocation_from_env({"SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "gpu[01-02]", "SLURM_CPUS_ON_NODE": "8"})
     hosts = [Host(node) for node in alloc.nodes]

@@ -15,9 +15,9 @@ from helpers import assert_refused, python_env
 from launch_helpers import scanned_val
 from safety_helpers import listing
 
-from clipflow.cluster.ports import free_port
 from clipflow.data.cifar.batches import CIFAR10_CLASSES
 from clipflow.evaluate.metrics import video_metrics
+from clipflow.hosts.ports import free_port
 from clipflow.models import build_model
 from clipflow.recipe import load_recipe
 

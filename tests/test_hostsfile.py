@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from clipflow.cluster.hostsfile import Host, hosts_from_config, parse_host, parse_hosts, read_hosts_file
 from clipflow.errors import ClipflowError
+from clipflow.hosts.hostsfile import Host, hosts_from_config, parse_host, parse_hosts, read_hosts_file
 
 GOOD_FILE = """\
 # the cluster for the SlowFast runs

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from helpers import assert_refused, clipflow, python_env
 
-from clipflow.cluster.ports import free_port
+from clipflow.hosts.ports import free_port
 
 JOB = Path(__file__).parent / "data" / "mxnet_kvstore_job.py"
 TIMEOUT = 300

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from helpers import assert_refused, clipflow
 
-from clipflow.cluster.plan import Role
 from clipflow.errors import ClipflowError
-from clipflow.train.launcher import Launcher, RoleCommand
+from clipflow.hosts.plan import Role
+from clipflow.launch.processes import Launcher, RoleCommand
 
 
 def program_cases(tmp_path: Path) -> dict[str, tuple[str, str]]:

@@ -10,8 +10,8 @@ import sys
 import threading
 import time
 
-from clipflow.cluster.plan import Role
-from clipflow.train.launcher import Launcher, RoleCommand
+from clipflow.hosts.plan import Role
+from clipflow.launch.processes import Launcher, RoleCommand
 
 
 def py(code: str) -> list[str]:
@@ -77,8 +77,8 @@ def test_sigterm_to_the_launcher_stops_every_process(tmp_path):
     sleeper = f"import os,time; open({str(pidfile)!r},'a').write(str(os.getpid())+'\\n'); time.sleep(120)"
     script.write_text(
         "import sys\n"
-        "from clipflow.cluster.plan import Role\n"
-        "from clipflow.train.launcher import Launcher, RoleCommand\n"
+        "from clipflow.hosts.plan import Role\n"
+        "from clipflow.launch.processes import Launcher, RoleCommand\n"
         f"cmds = [RoleCommand(Role('worker', r, 'localhost'), [sys.executable, '-c', {sleeper!r}]) for r in range(3)]\n"
         f"sys.exit(Launcher(cmds, {str(tmp_path)!r}, grace_s=5).run())\n"
     )

@@ -22,7 +22,7 @@ from helpers import REPO, python_env
 from netns_hosts import NetnsHosts, ssh_hosts  # noqa: F401
 
 from clipflow.cluster.allreduce import BYTES
-from clipflow.cluster.ports import free_port
+from clipflow.hosts.ports import free_port
 from clipflow.models.builder import build_model
 from clipflow.recipe import load_recipe
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from helpers import assert_refused, clipflow, python_env
 from safety_helpers import listing
 
-from clipflow.cluster.ports import free_port
+from clipflow.hosts.ports import free_port
 from clipflow.report.page import OWN_FILES, TITLE, check_out_dir
 
 

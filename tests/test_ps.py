@@ -14,9 +14,8 @@ import numpy as np
 import pytest
 from ps_cluster_helpers import HB_TIMEOUT, SRC, Cluster, base_env
 
-from clipflow.errors import ClipflowError, CommError, JobAborted
+from clipflow.errors import ABORTED, ClipflowError, CommError, JobAborted
 from clipflow.ps import KVStore, PSConfig, run_role
-from clipflow.ps.exitcodes import ABORTED
 from clipflow.ps.log import Log
 from clipflow.ps.placement import Placement, split_sizes
 from clipflow.ps.scheduler import Scheduler, _Abort

@@ -26,13 +26,13 @@ from ps_badinput_helpers import (
 )
 from ps_cluster_helpers import TESTS, Cluster, base_env
 
-from clipflow.cluster.hostsfile import Host
-from clipflow.cluster.plan import make_plan
 from clipflow.errors import ClipflowError
+from clipflow.hosts.hostsfile import Host
+from clipflow.hosts.plan import make_plan
+from clipflow.launch.roles import role_commands
 from clipflow.ps import PSConfig
 from clipflow.ps.node import Registration, Welcome
 from clipflow.ps.wire import MAX_DEPTH, Message, WireError, decode, encode
-from clipflow.train.roles import role_commands
 
 WORKER = [sys.executable, str(TESTS / "ps_badinput_helpers.py")]
 ROLE_CLI = [sys.executable, "-m", "clipflow", "ps", "role"]

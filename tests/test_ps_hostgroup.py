@@ -18,7 +18,7 @@ import torch
 from ps_cluster_helpers import HB_TIMEOUT, Cluster
 from ps_hostgroup_helpers import BOUND, start_two_hosts
 
-from clipflow.ps.exitcodes import ABORTED
+from clipflow.errors import ABORTED
 from clipflow.ps.node import Welcome, group_numbers
 from clipflow.ps.store import KeyValueStore, Slot
 from clipflow.ps.wire import Message, Op, WireError, decode, encode, shown

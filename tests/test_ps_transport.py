@@ -17,9 +17,8 @@ import pytest
 from ps_cluster_helpers import HB_TIMEOUT, Cluster, Proc, rounds
 from ps_cluster_helpers import base_env as env
 
-from clipflow.errors import ClipflowError
+from clipflow.errors import ABORTED, ClipflowError
 from clipflow.ps import PSConfig
-from clipflow.ps.exitcodes import ABORTED
 from clipflow.ps.reliable import ACK, PROBE, Dedup, Outbox
 from clipflow.ps.security import load_keys, make_keys
 from clipflow.ps.store import KeyValueStore

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from helpers import python_env
 
-from clipflow.cluster.remote_exec import MAX_LINE_BYTES, NOTICE_LINE, parse_request, request_line
 from clipflow.errors import ClipflowError
+from clipflow.launch.remote_exec import MAX_LINE_BYTES, NOTICE_LINE, parse_request, request_line
 
-SUPERVISOR = [sys.executable, "-m", "clipflow.cluster.remote_exec"]
+SUPERVISOR = [sys.executable, "-m", "clipflow.launch.remote_exec"]
 SECRET = "s3cr3t-token-Zq9\nsecond line 'quoted' $HOME"
 PREFIX = "clipflow remote_exec: "
 

@@ -203,8 +203,8 @@ def test_the_links_name_the_straggler_and_set_the_prediction_beside_the_measured
     row per pair, the slow one named, and the run's back end predicted against its measured step (a worker's
     batch of 4 over the median per-worker clips/s after the first epoch, 9.25: 0.432 s)."""
     from clipflow.cluster.links import LinkCheck, LinkFigures, stragglers
-    from clipflow.cluster.plan import Plan, Role
     from clipflow.cluster.prediction import predict_plan
+    from clipflow.hosts.plan import Plan, Role
 
     run = write_run(tmp_path / "results", "two", 2, [9.0, 18.0, 19.0])
     pairs = [LinkFigures("h1", "h2", 0.02, 0.02, 0.021, 0.2), LinkFigures("h1", "h3", 5.0, 5.0, 5.2, 0.1),

@@ -181,9 +181,9 @@ def test_a_host_cut_off_mid_epoch_is_dropped_and_the_run_goes_on_on_the_two_othe
     decision; the per-sample log shows every training sample of both epochs trained exactly once."""
     import time
 
-    from clipflow.cluster.ports import free_port
     from clipflow.data.listfile import write_list
     from clipflow.data.splits import write_splits
+    from clipflow.hosts.ports import free_port
 
     work = Path(keyed["work"]) / "cut"
     work.mkdir()
@@ -261,14 +261,14 @@ def test_each_restart_checks_every_host_of_the_first_plan_so_a_host_that_came_ba
 ):
     """The host check a restart makes (run_with_restarts passes it the first plan every time): with host 3's
     link down it answers hosts 1 and 2 and names host 3; with the link up again host 3 is back in the next."""
-    from clipflow.cluster.ports import free_port
+    from clipflow.hosts.ports import free_port
 
     plan_file = Path(keyed["work"]) / "plan-back.json"
     made = on_launching_side(ssh_hosts, "cluster", "plan", "--launcher", "ssh", "--hosts-file", keyed["hosts_file"],
                              "--num-workers", "3", "--root-port", str(free_port()), "--ssh-key", keyed["key"],
                              "--known-hosts", keyed["known_hosts"], "--out", str(plan_file))  # fmt: skip
     assert made.returncode == 0, made.stdout + made.stderr
-    check = ("import json, sys; from clipflow.cluster.plan import Plan; "
+    check = ("import json, sys; from clipflow.hosts.plan import Plan; "
              "from clipflow.train.restarts import reachable_hosts, role_host; "
              "print(json.dumps([role_host(h) for h in reachable_hosts(Plan.read(sys.argv[1]))]))")  # fmt: skip
     env = {**python_env(), "HOME": str(ssh_hosts.local_home), **ssh_hosts.agent_env}  # as the launcher runs it

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from helpers import assert_refused, python_env
 
-from clipflow.cluster.slurm import SlurmAllocation, allocation_from_env, expand_nodelist, srun_argv
 from clipflow.errors import ClipflowError
-from clipflow.train.slurm_deadline import parse_time_left
+from clipflow.hosts.slurm import SlurmAllocation, allocation_from_env, expand_nodelist, srun_argv
+from clipflow.launch.slurm_deadline import parse_time_left
 
 
 @pytest.mark.parametrize(

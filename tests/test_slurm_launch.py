@@ -17,7 +17,7 @@ from launch_helpers import TINY
 from netns_hosts import wait_until
 from slurm_helpers import refusal_in, role_pid, sbatch, three_splits, train_script, training_started
 
-from clipflow.cluster.ports import free_port
+from clipflow.hosts.ports import free_port
 
 pytestmark = [pytest.mark.hosts, pytest.mark.slurm]
 

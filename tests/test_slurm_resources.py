@@ -1,12 +1,12 @@
-"""The Slurm resources of the train and evaluate jobs, from the validated config (clipflow.cluster.slurm_resources);
+"""The Slurm resources of the train and evaluate jobs, from the validated config (clipflow.hosts.slurm_resources);
 the jobs they make on a real cluster are in test_workflow_slurm."""
 
 from __future__ import annotations
 
 import pytest
 
-from clipflow.cluster.slurm_resources import job_resources
 from clipflow.errors import ClipflowError
+from clipflow.hosts.slurm_resources import job_resources
 from clipflow.schemas import validate
 
 

@@ -24,7 +24,7 @@ import pytest
 from helpers import assert_refused, python_env
 from netns_hosts import NetnsHosts, ssh_hosts  # noqa: F401
 
-from clipflow.cluster.ports import free_port
+from clipflow.hosts.ports import free_port
 
 pytestmark = pytest.mark.hosts
 

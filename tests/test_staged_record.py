@@ -12,10 +12,10 @@ import pytest
 from helpers import assert_refused, python_env
 
 from clipflow.cluster.checks import HostCheck
-from clipflow.cluster.staged import read_staged, staging_name
 from clipflow.cluster.storage_decision import StorageMarker, decide_storage
 from clipflow.errors import ClipflowError
-from clipflow.train.launch import HostRun
+from clipflow.hosts.staged import read_staged, staging_name
+from clipflow.launch.start import HostRun
 
 
 def write(path: Path, data: object) -> Path:

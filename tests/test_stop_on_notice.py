@@ -18,10 +18,10 @@ import pytest
 import torch
 from launch_helpers import TINY, launch, launch_command, scanned
 
-from clipflow.cluster.plan import Role
 from clipflow.data.listfile import write_list
-from clipflow.ps.exitcodes import RESUMABLE
-from clipflow.train.launcher import FORWARD_NOTICE, TRAIN_NOTICE, Launcher, NoticePolicy, RoleCommand
+from clipflow.errors import RESUMABLE
+from clipflow.hosts.plan import Role
+from clipflow.launch.processes import FORWARD_NOTICE, TRAIN_NOTICE, Launcher, NoticePolicy, RoleCommand
 
 # 2 workers x 16 clips (the tiny set's 8 videos a worker, each listed twice), batch 2: 8 iterations an epoch, so that
 # a signal sent at an epoch's first progress line is taken inside it; dropout is drawn per worker and step (the same
@@ -205,7 +205,7 @@ def test_sigusr1_to_every_process_as_slurm_sends_it_stops_a_ps_run_resumable(tmp
 # then an exit whose shutdown takes a second (a module global's finaliser), as torch's can.
 EXITING = """
 import signal, sys, time
-from clipflow.train.notice import Notice
+from clipflow.launch.notice import Notice
 notice = Notice.install()
 if "retire" in sys.argv:
     notice.retire()

@@ -12,14 +12,14 @@ from helpers import python_env
 from job_helpers import tiny_job
 from launch_helpers import TINY, launch, two_splits
 
-from clipflow.cluster.hostsfile import Host
-from clipflow.cluster.plan import make_plan
-from clipflow.cluster.ports import free_port
 from clipflow.errors import ClipflowError
+from clipflow.hosts.hostsfile import Host
+from clipflow.hosts.plan import make_plan
+from clipflow.hosts.ports import free_port
+from clipflow.launch.roles import role_commands
 from clipflow.train.comm import DDPConfig, lost_peer, timed_out
 from clipflow.train.device import worker_device
 from clipflow.train.interface import choose_interface, interface_with_address
-from clipflow.train.roles import role_commands
 
 
 def weights(path) -> dict[str, torch.Tensor]:

@@ -13,8 +13,8 @@ from job_helpers import tiny_job, tiny_job_dict, write_job_file
 from launch_helpers import launch, two_splits
 
 from clipflow.errors import ClipflowError
+from clipflow.launch.start import job_command, worker_commands
 from clipflow.train.job import TrainJob
-from clipflow.train.launch import job_command, worker_commands
 
 
 def clipflow_run(*args: str) -> subprocess.CompletedProcess:

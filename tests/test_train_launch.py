@@ -12,8 +12,8 @@ import torch
 from helpers import python_env
 from launch_helpers import TINY, launch, scanned, scanned_val, two_splits
 
-from clipflow.cluster.ports import free_port
 from clipflow.data.listfile import VideoEntry, read_list, write_list
+from clipflow.hosts.ports import free_port
 
 
 def status(results, run: str) -> dict:

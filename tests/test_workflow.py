@@ -19,7 +19,7 @@ import pytest
 from helpers import copy_workflow
 from workflow_helpers import TINY, snakemake
 
-from clipflow.cluster.ports import free_port
+from clipflow.hosts.ports import free_port
 from clipflow.made import RECORD
 
 pytestmark = pytest.mark.workflow

@@ -10,7 +10,7 @@ import sys
 import pytest
 from helpers import copy_workflow, python_env
 
-from clipflow.cluster.ports import free_port
+from clipflow.hosts.ports import free_port
 
 pytestmark = pytest.mark.workflow
 

@@ -13,7 +13,7 @@ from helpers import copy_workflow
 from report_helpers import CHROMIUM, TAB_BLUE, colour_columns, embedded_figures, ink, screenshot
 from workflow_helpers import TINY, snakemake
 
-from clipflow.cluster.ports import free_port
+from clipflow.hosts.ports import free_port
 
 pytestmark = pytest.mark.workflow
 

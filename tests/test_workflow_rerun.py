@@ -18,7 +18,7 @@ import pytest
 from helpers import copy_workflow
 from workflow_helpers import TINY, snakemake
 
-from clipflow.cluster.ports import free_port
+from clipflow.hosts.ports import free_port
 
 pytestmark = pytest.mark.workflow
 

@@ -16,7 +16,7 @@ from helpers import copy_workflow
 from slurm_workflow_helpers import jobs_of_rule, sbatch_calls, snakemake_slurm
 from workflow_helpers import TINY
 
-from clipflow.cluster.ports import free_port
+from clipflow.hosts.ports import free_port
 
 pytestmark = [pytest.mark.workflow, pytest.mark.hosts, pytest.mark.slurm]
 

@@ -6,10 +6,15 @@
   answer in time), with inputs that were fine: the message says what failed and where, never to change an
   input. Exit 76 (EX_PROTOCOL), ``clipflow: communication failure: ...``.
 
-A process that stops because the job failed elsewhere exits 75 (:data:`clipflow.ps.exitcodes.ABORTED`),
-also when it learns so by an exception (:class:`JobAborted`): a launcher takes that status for an echo, and
-names the process with any other status as the cause.
+A process that stops because the job failed elsewhere exits :data:`ABORTED` (75), also when it learns so by an
+exception (:class:`JobAborted`): a launcher that sees several processes exit takes that status for an echo (it
+only repeats the scheduler's reason), and names the process with any other status as the cause. A training
+worker stopped on notice after a checkpoint exits :data:`RESUMABLE` (79). Every exit status the program gives
+is here.
 """
+
+ABORTED = 75  # EX_TEMPFAIL: not this process's fault; fix the cause and rerun
+RESUMABLE = 79  # stopped on notice (SIGTERM/SIGUSR1 to the launcher) after a checkpoint: rerun to go on
 
 
 class ClipflowError(Exception):
@@ -30,7 +35,7 @@ class JobAborted(CommError):
     """The job was torn down because of a failure elsewhere (the scheduler's ABORT, or the scheduler gone):
     this process only echoes it, so it exits like the nodes the heartbeat thread ends."""
 
-    exit_status = 75  # clipflow.ps.exitcodes.ABORTED (not imported: clipflow.ps imports this module)
+    exit_status = ABORTED
     label = "aborted"
 
 

@@ -209,6 +209,19 @@ def config_setting(*path: str) -> dict:
     return node
 
 
+def config_enum(*path: str) -> tuple[str, ...]:
+    """The values a setting of config.yaml may take, in the config schema's order (``"train", "kvstore"``): the one
+    list that the command line's choices and the code's checks of the same setting read."""
+    return tuple(config_setting(*path)["enum"])
+
+
+def policy_names() -> tuple[str, ...]:
+    """The names of a run's policy settings (how it goes on across failures, resizes and notices; config.yaml's
+    train section), as job.schema.yaml's ``policy`` lists them: what `train launch` takes as flags and the train
+    rule passes."""
+    return tuple(schema("job.schema.yaml")["properties"]["policy"]["properties"])
+
+
 def config_defaults(section: str) -> dict:
     """The default settings of one section of config.yaml (``cluster``, ``train``, ``data``), from its schema."""
     return copy.deepcopy(_config_defaults()[section])

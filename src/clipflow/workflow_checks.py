@@ -32,8 +32,8 @@ def check_config_with_recipe(config: dict, recipe: dict, recipe_name: str) -> No
             "same path)"
         )
     if cluster["launcher"] == "ssh":
-        from clipflow.cluster.hostsfile import hosts_from_config, read_hosts_file
-        from clipflow.cluster.plan import check_reachable
+        from clipflow.hosts.hostsfile import hosts_from_config, read_hosts_file
+        from clipflow.hosts.plan import check_reachable
 
         hosts = read_hosts_file(cluster["hosts_file"]) if cluster["hosts_file"] else hosts_from_config(cluster["hosts"])
         check_reachable(hosts, {host: host.host for host in hosts})

@@ -9,11 +9,12 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 
 from clipflow.cluster.prediction import shape_overrides
-from clipflow.cluster.slurm_partitions import check_partition
-from clipflow.cluster.slurm_resources import job_resources
-from clipflow.cluster.staged import staging_name
+from clipflow.hosts.slurm_partitions import check_partition
+from clipflow.hosts.slurm_resources import job_resources
+from clipflow.hosts.staged import staging_name
 from clipflow.errors import ClipflowError
 from clipflow.recipe import load_recipe, recipe_path
+from clipflow.schemas import config_defaults, policy_names
 from clipflow.workflow_checks import check_config_with_recipe
 from clipflow.workflow_settings import train_settings, write_settings
 
@@ -83,8 +84,8 @@ TRAIN = config["train"]
 if TRAIN["backend"] == "ddp":
     _ps_only = [
         f"train.{key}: {TRAIN[key]}"
-        for key, default in (("kvstore", "dist_sync"), ("update_on_kvstore", False))
-        if TRAIN[key] != default
+        for key in ("kvstore", "update_on_kvstore")
+        if TRAIN[key] != config_defaults("train")[key]
     ] + ([f"train.gradient_compression.type: {TRAIN['gradient_compression']['type']}"]
          if TRAIN["gradient_compression"]["type"] != "none" else [])
     if _ps_only:

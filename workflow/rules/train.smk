@@ -53,7 +53,7 @@ rule train:
         slurm_notice=config["cluster"]["slurm"]["notice_s"] if config["cluster"]["launcher"] == "slurm" else 0,
         policy=" ".join(
             f"--{name.replace('_', '-')} {config['train'][name]}"
-            for name in ("resume", "global_batch", "max_restarts", "min_workers", "stop_grace")
+            for name in policy_names()  # job.schema.yaml's list
             if config["train"][name] is not None
         ),
     resources:

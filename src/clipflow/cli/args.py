@@ -149,6 +149,6 @@ def ssh_args(p: argparse.ArgumentParser) -> None:
 
 def ssh_settings(a: argparse.Namespace):
     """The --ssh-key, --known-hosts and --refuse-new-host-keys of :func:`ssh_args`."""
-    from clipflow.cluster.ssh import SshSettings
+    from clipflow.hosts.ssh import SshSettings
 
     return SshSettings(Path(os.path.expanduser(a.ssh_key)), Path(a.known_hosts), accept_new=not a.refuse_new_host_keys)

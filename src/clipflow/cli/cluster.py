@@ -16,11 +16,11 @@ from clipflow.cli.args import (
     ssh_settings,
 )
 from clipflow.errors import ClipflowError
-from clipflow.schemas import config_defaults
+from clipflow.schemas import config_defaults, config_enum
 
 
 def cmd_plan(a: argparse.Namespace) -> int:
-    from clipflow.cluster.plan import create_plan, plan_hosts, ssh_fields
+    from clipflow.hosts.plan import create_plan, plan_hosts, ssh_fields
 
     ssh = ssh_fields(a.launcher, ssh_settings(a), a.python, a.workdir)
     hosts = plan_hosts(a.hosts_file, a.hosts, a.launcher)
@@ -32,8 +32,8 @@ def cmd_plan(a: argparse.Namespace) -> int:
 
 
 def cmd_keys(a: argparse.Namespace) -> int:
-    from clipflow.cluster.keys import authorize_hosts
-    from clipflow.cluster.plan import plan_hosts
+    from clipflow.hosts.keys import authorize_hosts
+    from clipflow.hosts.plan import plan_hosts
 
     authorize_hosts(plan_hosts(a.hosts_file, a.hosts), ssh_settings(a), a.key_type, a.out)
     return 0
@@ -41,7 +41,7 @@ def cmd_keys(a: argparse.Namespace) -> int:
 
 def cmd_check(a: argparse.Namespace) -> int:
     from clipflow.cluster.checks import check_plan
-    from clipflow.cluster.plan import Plan
+    from clipflow.hosts.plan import Plan
 
     if a.storage and not a.marker_dir:
         raise ClipflowError("--storage needs --marker-dir: the folder of the run's files, where the marker goes")
@@ -59,16 +59,16 @@ def cmd_check(a: argparse.Namespace) -> int:
 
 
 def cmd_sync(a: argparse.Namespace) -> int:
-    from clipflow.cluster.plan import Plan
-    from clipflow.cluster.sync import sync_plan
+    from clipflow.hosts.plan import Plan
+    from clipflow.hosts.sync import sync_plan
 
     sync_plan(Plan.read(a.plan), a.src, a.dst, a.stamp)
     return 0
 
 
 def cmd_stage(a: argparse.Namespace) -> int:
-    from clipflow.cluster.plan import Plan
     from clipflow.cluster.stage import stage_data
+    from clipflow.hosts.plan import Plan
 
     stage_data(Plan.read(a.plan), a.checks, a.index_dir, a.splits_dir, a.root, a.stage_dir, a.name, a.out)
     print(f"staged data written to {a.out}")
@@ -76,8 +76,8 @@ def cmd_stage(a: argparse.Namespace) -> int:
 
 
 def cmd_unstage(a: argparse.Namespace) -> int:
-    from clipflow.cluster.plan import Plan
     from clipflow.cluster.stage import unstage
+    from clipflow.hosts.plan import Plan
 
     unstage(Plan.read(a.plan), a.stage_dir, a.name)
     return 0
@@ -96,8 +96,8 @@ def env_pairs(items: list[str]) -> dict[str, str]:
 def config_from_args(a: argparse.Namespace):
     """`clipflow launch`'s flags as a LaunchConfig (defaults as launch.py's: ssh with a hosts file, else local;
     as many servers as workers)."""
-    from clipflow.cluster.plan import plan_hosts
-    from clipflow.train.launch import LaunchConfig
+    from clipflow.hosts.plan import plan_hosts
+    from clipflow.launch.start import LaunchConfig
 
     launcher = a.launcher or ("ssh" if a.hosts_file else "local")
     return LaunchConfig(
@@ -121,7 +121,7 @@ def config_from_args(a: argparse.Namespace):
 
 def cmd_launch(a: argparse.Namespace) -> int:
     """MXNet launch.py's job: start a scheduler, servers and workers running the command."""
-    from clipflow.train.launch import launch_program
+    from clipflow.launch.start import launch_program
 
     command = a.command[1:] if a.command[:1] == ["--"] else a.command
     return launch_program(config_from_args(a), command)
@@ -131,17 +131,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     defaults = config_defaults("cluster")
     cluster = sub.add_parser("cluster", help="cluster preparation").add_subparsers(dest="action", required=True)
     p = cluster.add_parser("plan", help="place roles on hosts and check the ports")
-    p.add_argument("--launcher", default=defaults["launcher"], choices=["local", "ssh", "slurm"])
+    p.add_argument("--launcher", default=defaults["launcher"], choices=config_enum("cluster", "launcher"))
     host_args(p)
     p.add_argument("--num-workers", type=count, default=defaults["num_workers"])
     p.add_argument("--num-servers", type=count, default=defaults["num_servers"])
     p.add_argument("--root-port", type=port, default=defaults["root_port"])
     p.add_argument("--heartbeat-timeout", type=seconds, default=float(defaults["heartbeat_timeout"]))
-    p.add_argument("--placement", default=defaults["placement"], choices=["beside", "cycle"])
+    p.add_argument("--placement", default=defaults["placement"], choices=config_enum("cluster", "placement"))
     p.add_argument(
         "--security",
         default=defaults["security"],
-        choices=["auto", "curve", "none"],
+        choices=config_enum("cluster", "security"),
         help="CURVE on every PS socket; auto: whenever the scheduler is not on loopback",
     )
     ssh_args(p)
@@ -152,14 +152,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = cluster.add_parser("keys", help="make the job's ssh key and authorise it on every host")
     host_args(p)
     ssh_args(p)
-    p.add_argument("--key-type", default=defaults["ssh_key_type"], choices=["ed25519", "rsa"])
+    p.add_argument("--key-type", default=defaults["ssh_key_type"], choices=config_enum("cluster", "ssh_key_type"))
     p.add_argument("--out", default="", help="JSON report of what changed")
     p.set_defaults(func=cmd_keys)
     p = cluster.add_parser("check", help="check every host of a plan: ssh, versions, paths, ports, disk")
     p.add_argument("--plan", required=True)
     p.add_argument("--path", action="append", default=[], help="a path the run reads (repeat)")
     p.add_argument("--min-free-gb", type=at_least_zero, default=float(defaults["min_free_gb"]))
-    p.add_argument("--storage", choices=["auto", "shared", "local"], default="",
+    p.add_argument("--storage", choices=config_enum("cluster", "storage"), default="",
                    help="decide cluster.storage with a marker in --marker-dir (default: no decision; the paths must "
                    "exist on every host)")  # fmt: skip
     p.add_argument("--marker-dir", default="", help="where the run's files live here (results/<run>/cluster)")
@@ -169,10 +169,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    default=float(defaults["link_check_s"]), help="seconds each pair sends each way")  # fmt: skip
     p.add_argument("--recipe", default="", help="predict the step time of this recipe's model on the measured links")
     p.add_argument("--overrides", default="{}", help="JSON deep-merged into the recipe")
-    p.add_argument("--backend", default=config_defaults("train")["backend"], choices=["ps", "ddp"],
+    p.add_argument("--backend", default=config_defaults("train")["backend"], choices=config_enum("train", "backend"),
                    help="the run's back end: the link check's all-reduce and the prediction use it")  # fmt: skip
     p.add_argument("--kvstore", default=config_defaults("train")["kvstore"],
-                   choices=["dist_sync", "dist_async", "dist_sync_device", "dist_async_device"])  # fmt: skip
+                   choices=config_enum("train", "kvstore"))  # fmt: skip
     p.add_argument("--compute-s", type=seconds, default=None,
                    help="a worker's step compute time (default: timed here on random clips)")  # fmt: skip
     p.add_argument("--out", required=True, help="the checks as JSON")
@@ -203,13 +203,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-n", "--num-workers", type=count, required=True)
     p.add_argument("-s", "--num-servers", type=count, default=None, help="default: as many as workers")
     p.add_argument("-H", "--hostfile", dest="hosts_file", default="", help="[user@]host[:port] [slots=N] a line")
-    p.add_argument("--launcher", choices=["local", "ssh", "slurm"], default="", help="default: ssh with -H, else local")
+    p.add_argument(
+        "--launcher", choices=config_enum("cluster", "launcher"), default="", help="default: ssh with -H, else local"
+    )
     p.add_argument("--sync-dst-dir", default="", help="ssh: rsync this folder there first and run there")
     p.add_argument("--env", action="append", default=[], help="NAME=VALUE for every role (repeat)")
-    p.add_argument("--placement", default=defaults["placement"], choices=["beside", "cycle"])
+    p.add_argument("--placement", default=defaults["placement"], choices=config_enum("cluster", "placement"))
     p.add_argument("--port", type=port, default=defaults["root_port"], help="the scheduler's port")
     p.add_argument("--heartbeat-timeout", type=seconds, default=float(defaults["heartbeat_timeout"]))
-    p.add_argument("--security", default=defaults["security"], choices=["auto", "curve", "none"])
+    p.add_argument("--security", default=defaults["security"], choices=config_enum("cluster", "security"))
     p.add_argument("--python", default="", help="ssh: the Python on the hosts (default: this one)")
     p.add_argument("--log-dir", default="logs/launch")
     p.add_argument("--grace", type=at_least_zero, default=10.0, help="seconds between SIGTERM and SIGKILL")

@@ -6,13 +6,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from clipflow.schemas import config_defaults
+from clipflow.schemas import config_defaults, config_enum
 
 
 def cmd_collect(a: argparse.Namespace) -> int:
-    from clipflow.cluster.plan import Plan
     from clipflow.collect.gather import MANIFEST, collect_run
-    from clipflow.train.launch import HostRun
+    from clipflow.hosts.plan import Plan
+    from clipflow.launch.start import HostRun
 
     local = HostRun.of(a.staged, a.host_dir)
     host_dir = local.folder if local else ""
@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-dir", required=True, help="train launch's --log-dir (the roles' own logs are under it)")
     p.add_argument("--checkpoint-root", required=True, help="train launch's --checkpoint-root")
     p.add_argument("--model", required=True, help="train launch's --model-out")
-    p.add_argument("--backend", default=config_defaults("train")["backend"], choices=["ps", "ddp"],
+    p.add_argument("--backend", default=config_defaults("train")["backend"], choices=config_enum("train", "backend"),
                    help="train launch's --backend (one the run did not train with is named)")  # fmt: skip
     p.add_argument("--out", required=True, help="the collection folder: a new or empty one, or an earlier collection "
                    "(replaced whole); manifest.json in it when all verified")  # fmt: skip

@@ -28,7 +28,7 @@ def cmd_evaluate(a: argparse.Namespace) -> int:
 
 def cmd_launch(a: argparse.Namespace) -> int:
     from clipflow.evaluate.launch import launch_evaluation
-    from clipflow.train.launch import HostRun
+    from clipflow.launch.start import HostRun
 
     _need(a)
     local = HostRun.of(a.staged, a.host_dir)

@@ -7,11 +7,11 @@ from pathlib import Path
 
 from clipflow.cli.args import at_least_zero, json_object, launched, positive, whole
 from clipflow.errors import ClipflowError
-from clipflow.schemas import config_defaults
+from clipflow.schemas import config_defaults, config_enum, policy_names
 
 JOB_INPUTS = ("plan", "recipe", "splits_dir", "root", "checkpoint_root", "model_out", "metrics_out")
 PATHS = ("splits_dir", "root", "checkpoint_root", "model_out", "metrics_out", "val_list", "tensorboard", "train_list")
-POLICY = ("resume", "global_batch", "max_restarts", "min_workers", "stop_grace")
+POLICY = policy_names()  # job.schema.yaml's
 SETTINGS = (
     "overrides",
     "val_list",
@@ -45,7 +45,7 @@ def setting(a: argparse.Namespace, name: str, default):
 def job_from_args(a: argparse.Namespace):
     """The flags of `train launch` as a TrainJob (checked as it is made): a job file (--job), or the plan, the
     recipe and its overrides, the back end's settings, the paths and the seed."""
-    from clipflow.cluster.plan import Plan
+    from clipflow.hosts.plan import Plan
     from clipflow.recipe import load_recipe
     from clipflow.train.job import TrainJob
 
@@ -71,8 +71,9 @@ def job_from_args(a: argparse.Namespace):
 
 def cmd_launch(a: argparse.Namespace) -> int:
     from clipflow.cluster.prediction import format_prediction, prediction_of
-    from clipflow.ps.exitcodes import RESUMABLE
-    from clipflow.train.launch import HostRun, launch_training
+    from clipflow.errors import RESUMABLE
+    from clipflow.launch.start import HostRun
+    from clipflow.train.launch import launch_training
 
     source = Path(a.job) if a.job else None
     local = HostRun.of(a.staged, a.host_dir)
@@ -117,11 +118,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--val-list", default="", help="scanned val list: validation while training (train.eval_every)")
     p.add_argument("--tensorboard", default="", help="folder for rank 0's TensorBoard event files (default: none)")
     compression = defaults["gradient_compression"]
-    p.add_argument("--backend", choices=["ps", "ddp"], help="ps: clipflow's parameter server; ddp: torch.distributed "
+    p.add_argument("--backend", choices=config_enum("train", "backend"),
+                   help="ps: clipflow's parameter server; ddp: torch.distributed "
                    f"(gloo or NCCL) (default: {defaults['backend']})")  # fmt: skip
     p.add_argument("--kvstore", help=f"the parameter server's mode (default: {defaults['kvstore']})")
     p.add_argument("--update-on-kvstore", action="store_true", help="the servers run the optimizer")
-    p.add_argument("--compression", choices=["none", "2bit"],
+    p.add_argument("--compression", choices=config_enum("train", "gradient_compression", "type"),
                    help=f"gradient compression (default: {compression['type']})")  # fmt: skip
     p.add_argument("--compression-threshold", type=positive, help=f"default: {compression['threshold']}")
     p.add_argument("--seed", type=int, help=f"default: {defaults['seed']}")
@@ -129,13 +131,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "checks its content, a resize re-splits it (default: none)")  # fmt: skip
     p.add_argument(
         "--resume",
-        choices=["auto", "never"],
+        choices=config_enum("train", "resume"),
         help="auto: from the newest checkpoint whatever changed, "
         f"or refused naming why; never: afresh, the old checkpoints moved aside (default: {defaults['resume']})",
     )
     p.add_argument(
         "--global-batch",
-        choices=["keep", "scale"],
+        choices=config_enum("train", "global_batch"),
         help="another worker count on resume: keep the "
         f"global batch (accumulate) or scale the learning rate (default: {defaults['global_batch']})",
     )
@@ -146,7 +148,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(default: all of them)")  # fmt: skip
     p.add_argument("--stop-grace", type=positive, help="seconds to finish the step and checkpoint after SIGTERM or "
                    f"SIGUSR1 (default: {defaults['stop_grace']})")  # fmt: skip
-    p.add_argument("--on-notice", choices=["requeue", "exit"], help="after a stop on notice inside a Slurm batch "
+    p.add_argument("--on-notice", choices=config_enum("train", "on_notice"),
+                   help="after a stop on notice inside a Slurm batch "
                    "job: requeue it (scontrol requeue) so that its next allocation resumes, or only exit 79 "
                    f"(default: {defaults['on_notice']})")  # fmt: skip
     p.add_argument("--slurm-notice", type=at_least_zero, default=0.0, help="inside a Slurm job with a time limit: "

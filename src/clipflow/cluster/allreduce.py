@@ -2,8 +2,8 @@
 roles the run will start.
 
 The plan's roles (with ``ps`` its scheduler and servers running `clipflow ps role`, with ``ddp`` the workers
-alone, given torchrun's variables) are started by the launcher the run uses (:mod:`clipflow.train.roles`,
-:class:`clipflow.train.launcher.Launcher`), on the plan's hosts and ports, with
+alone, given torchrun's variables) are started by the launcher the run uses (:mod:`clipflow.launch.roles`,
+:class:`clipflow.launch.processes.Launcher`), on the plan's hosts and ports, with
 :mod:`clipflow.cluster.allreduce_probe` as the workers' program: :data:`BYTES` of float32 summed once untimed and
 :data:`ROUNDS` times timed. Everything is stopped after :data:`TIME_LIMIT_S`.
 
@@ -26,10 +26,10 @@ import sys
 from pathlib import Path
 
 from clipflow.cluster import allreduce_probe
-from clipflow.cluster.plan import Plan, check_security
 from clipflow.errors import ClipflowError
-from clipflow.train.launcher import SSH_FAILED, Launcher
-from clipflow.train.roles import role_commands
+from clipflow.hosts.plan import Plan, check_security
+from clipflow.launch.processes import SSH_FAILED, Launcher
+from clipflow.launch.roles import role_commands
 
 BYTES = 4 * 1024 * 1024  # a few MB: a bucket of a model's gradient, large enough that the bandwidth shows
 ROUNDS = 2

@@ -25,14 +25,14 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from clipflow.cluster.allreduce import format_allreduce, measure_allreduce
-from clipflow.cluster.hostsfile import Host
 from clipflow.cluster.links import LinkCheck, format_links, measure_links
-from clipflow.cluster.plan import Plan
 from clipflow.cluster.prediction import PredictionInputs, format_prediction
-from clipflow.cluster.remote_python import RemoteScriptError, run_remote_python
-from clipflow.cluster.ssh import SshSettings, connect
 from clipflow.cluster.storage_decision import StorageDecision, StorageMarker, decide_storage, judge_paths
 from clipflow.errors import ClipflowError
+from clipflow.hosts.hostsfile import Host
+from clipflow.hosts.plan import Plan
+from clipflow.hosts.remote_python import RemoteScriptError, run_remote_python
+from clipflow.hosts.ssh import SshSettings, connect
 
 PROBE = """
 import json, os, platform, shutil, socket, sys
@@ -65,7 +65,7 @@ if marker:
 ports = {}
 for port in want["ports"]:
     s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as zmq binds (clipflow.cluster.ports.port_free)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as zmq binds (clipflow.hosts.ports.port_free)
     try:
         s.bind(("", port)); ports[str(port)] = True
     except OSError:

@@ -23,7 +23,7 @@ import time
 
 import zmq
 
-REPLY = "CLIPFLOW_REPLY "  # as clipflow.cluster.remote_python reads answers
+REPLY = "CLIPFLOW_REPLY "  # as clipflow.hosts.remote_python reads answers
 IN_FLIGHT = 4  # chunks on the way at once: enough to keep a fast link busy, little to drain from a slow one
 
 

@@ -26,11 +26,11 @@ from pathlib import Path
 import paramiko
 
 from clipflow.cluster import link_probe
-from clipflow.cluster.hostsfile import Host
-from clipflow.cluster.plan import Plan, address_of
-from clipflow.cluster.remote_python import REPLY, RemoteScriptError, run_remote_python
-from clipflow.cluster.ssh import connect
 from clipflow.errors import ClipflowError
+from clipflow.hosts.hostsfile import Host
+from clipflow.hosts.plan import Plan, address_of
+from clipflow.hosts.remote_python import REPLY, RemoteScriptError, run_remote_python
+from clipflow.hosts.ssh import connect
 
 # the probe's own source, run with ``python -c``: the hosts need pyzmq (the roles do too), not this clipflow
 PROBE = Path(link_probe.__file__).read_text(encoding="utf-8")

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clipflow.cluster.links import slowest_by_host
-from clipflow.cluster.plan import Plan
 from clipflow.cluster.step_prediction import BACKENDS, PlanShape, predict_step
+from clipflow.hosts.plan import Plan
 from clipflow.textfile import read_json_object
 
 TIMED_STEPS = 2  # after one untimed step (allocations); the median is kept

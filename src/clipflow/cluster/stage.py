@@ -40,16 +40,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from clipflow.checksums import sha256_of
-from clipflow.cluster.hostsfile import Host
-from clipflow.cluster.plan import Plan
-from clipflow.cluster.remote_python import RemoteScriptError, run_remote_python
-from clipflow.cluster.ssh import SshSettings, connect
 from clipflow.cluster.storage import read_storage
-from clipflow.cluster.sync import rsync_failure, ssh_shell
 from clipflow.data.listfile import read_list
 from clipflow.data.scan import RERUN, RESCAN, VideoRecord, read_video_records
 from clipflow.errors import ClipflowError
 from clipflow.files import write_text_atomic
+from clipflow.hosts.hostsfile import Host
+from clipflow.hosts.plan import Plan
+from clipflow.hosts.remote_python import RemoteScriptError, run_remote_python
+from clipflow.hosts.ssh import SshSettings, connect
+from clipflow.hosts.sync import rsync_failure, ssh_shell
 
 if TYPE_CHECKING:
     from fabric import Connection
@@ -265,7 +265,7 @@ def check_sources(paths: list[str], records: dict[str, VideoRecord], root: str |
 
 
 def remote_python(conn: Connection, python: str, script: str, payload: dict, timeout_s: float) -> dict:
-    """:func:`clipflow.cluster.remote_python.run_remote_python`, a script that does not answer a ClipflowError
+    """:func:`clipflow.hosts.remote_python.run_remote_python`, a script that does not answer a ClipflowError
     naming the host."""
     try:
         return run_remote_python(conn, python, script, payload, timeout_s)

@@ -26,12 +26,12 @@ from typing import NoReturn
 import paramiko
 
 from clipflow.checksums import SUFFIX
-from clipflow.cluster.plan import Plan, Role
-from clipflow.collect.hostfiles import LocalFiles, open_host
-from clipflow.collect.transfer import fetch_checked
 from clipflow.errors import ClipflowError
 from clipflow.files import write_text_atomic
 from clipflow.host_log import host_log_path
+from clipflow.hosts.files import LocalFiles, open_host
+from clipflow.hosts.plan import Plan, Role
+from clipflow.hosts.transfer import fetch_checked
 from clipflow.train.checkpoint import RUN_FACTS, checkpoint_name, order_points
 from clipflow.train.restarts import RESTARTS_FILE
 
@@ -234,7 +234,7 @@ def _rank0_files(where, checkpoint_root: str, model: str, backend: str, problems
 
 
 def _fetch(where, item: Wanted, partial: Path, problems: list[str]) -> Collected | None:
-    """``item`` copied into ``partial`` and checked (:func:`clipflow.collect.transfer.fetch_checked`); a problem
+    """``item`` copied into ``partial`` and checked (:func:`clipflow.hosts.transfer.fetch_checked`); a problem
     recorded instead when it is missing, unchecked, damaged or its copy fails."""
     local = partial / item.local
     try:

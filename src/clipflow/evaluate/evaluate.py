@@ -21,9 +21,9 @@ from clipflow.errors import ClipflowError
 from clipflow.evaluate.classes import class_names
 from clipflow.evaluate.metrics import video_metrics
 from clipflow.evaluate.protocol import protocol_of
-from clipflow.evaluate.scoring import score_videos
 from clipflow.files import check_output_file
 from clipflow.models import build_model
+from clipflow.models.scoring import score_videos
 
 
 class OneProcess:

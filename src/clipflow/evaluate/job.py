@@ -11,8 +11,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from clipflow.cluster.plan import Plan
 from clipflow.errors import ClipflowError
+from clipflow.hosts.plan import Plan
 from clipflow.made import Made
 from clipflow.schemas import read_checked_json
 

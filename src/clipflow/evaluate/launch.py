@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clipflow.cluster.plan import Plan
 from clipflow.errors import ClipflowError
 from clipflow.evaluate.evaluate import check_inputs
 from clipflow.evaluate.job import JOB_FILE, EvalJob
 from clipflow.files import check_output_dir
+from clipflow.hosts.plan import Plan
+from clipflow.launch.start import HostRun, job_command, launch_workers
 from clipflow.made import Made
-from clipflow.train.launch import HostRun, job_command, launch_workers
 
 
 def launch_evaluation(plan_path: str, model: str, list_path: str, root: str, out: str, batch_size: int | None,
@@ -40,8 +40,8 @@ def launch_evaluation(plan_path: str, model: str, list_path: str, root: str, out
 
 def evaluate_on_own_disks(job: EvalJob, local: HostRun, log_dir: str, grace: float) -> int:
     """The evaluation on hosts with their own disks, in ``<run folder>/evaluate`` there."""
-    from clipflow.collect.transfer import fetch_checked
-    from clipflow.train.host_run import open_remote, push_job_files
+    from clipflow.hosts.transfer import fetch_checked
+    from clipflow.launch.push import open_remote, push_job_files
 
     local.staged.check_hosts(job.plan.role_hosts(), "evaluate launch")
     folder = f"{local.folder}/evaluate"

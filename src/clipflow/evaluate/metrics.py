@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import torch
 
-
-def top_k(classes: int) -> int:
-    return min(5, classes)
+from clipflow.models.scoring import top_k
 
 
 def video_metrics(

@@ -1,5 +1,5 @@
-"""The recipe's test protocol: which views of a video are scored (the scoring itself is
-:func:`clipflow.evaluate.scoring.score_videos`), and how they make a batch.
+"""The recipe's test protocol: which views of a video are scored (the scoring itself, and how the views make a
+batch, is :func:`clipflow.models.scoring.score_videos` with :func:`~clipflow.models.scoring.videos_per_batch`).
 
 A video recipe's test mode (clipflow.data.dataset.SlowFastClips) gives each video's
 ``test_clips x test_crops`` views (clip-major), decoded once; an image recipe's gives one view (the
@@ -28,9 +28,3 @@ def protocol_of(recipe: dict) -> str:
         f"{clips} clip{'s' if clips != 1 else ''} x {crops} crop{'s' if crops != 1 else ''} of {size}x{size}, "
         f"frames resized to {d['new_width']}x{d['new_height']}"
     )
-
-
-def videos_per_batch(batch_size: int, views: int) -> int:
-    """Whole videos per batch: ``batch_size`` views rounded down, at least one video (whose views then go
-    through the model ``batch_size`` at a time)."""
-    return max(1, batch_size // views)

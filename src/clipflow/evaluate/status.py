@@ -105,7 +105,7 @@ def _status(run: str, latest: Path, source: str) -> RunStatus:
 def _on_own_disks(checkpoints: Path):
     """With local storage, the run's job file here names a checkpoint root on the hosts' own disks: (the plan,
     that root); None when the run's checkpoints are here (shared storage, one machine) or no job was written."""
-    from clipflow.cluster.plan import Plan
+    from clipflow.hosts.plan import Plan
     from clipflow.train.job import JOB_FILE
 
     job = checkpoints / JOB_FILE
@@ -123,7 +123,7 @@ def _on_own_disks(checkpoints: Path):
 def _copy_from_rank0(plan, root: str, into: Path) -> tuple[Path, str]:
     """The run's checkpoint folder ``root`` on the host of rank 0: its run facts, history and best record copied
     into ``into``, its checkpoints listed (empty files of their names); (the copy, host:folder)."""
-    from clipflow.collect.hostfiles import open_host
+    from clipflow.hosts.files import open_host
     from clipflow.train.checkpoint import NAME
 
     host = plan.rank0_host()

@@ -26,8 +26,8 @@ from collections.abc import Callable
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from clipflow.errors import ABORTED
 from clipflow.ps.env import PSConfig
-from clipflow.ps.exitcodes import ABORTED
 from clipflow.ps.log import Log, print_abort
 from clipflow.ps.security import Keys
 from clipflow.ps.transport import INVALID_OP, Channel, connect, make_socket

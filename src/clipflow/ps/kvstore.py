@@ -51,8 +51,9 @@ from clipflow.ps.placement import Part, Placement
 from clipflow.ps.shm import Region, available, machine_id
 from clipflow.ps.transport import Channel, Dropper, connect, drop_seed, make_socket
 from clipflow.ps.wire import Message, Op
+from clipflow.schemas import config_enum
 
-MODES = ("dist_sync", "dist_async", "dist_sync_device", "dist_async_device")
+MODES = config_enum("train", "kvstore")  # config.schema.yaml's list
 
 TensorOrList = torch.Tensor | Sequence[torch.Tensor]
 

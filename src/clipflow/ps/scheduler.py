@@ -35,8 +35,8 @@ import time
 
 import zmq
 
+from clipflow.errors import ABORTED
 from clipflow.ps.env import PSConfig
-from clipflow.ps.exitcodes import ABORTED
 from clipflow.ps.log import Log, print_abort
 from clipflow.ps.node import Registration, ServerAddress, Welcome, ctrl_identity, group_numbers, hb_identity, member_uid
 from clipflow.ps.registry import Node, Registry, RegistryError

@@ -19,8 +19,8 @@ import signal
 
 import zmq
 
+from clipflow.errors import ABORTED
 from clipflow.ps.env import PSConfig
-from clipflow.ps.exitcodes import ABORTED
 from clipflow.ps.log import Log, print_abort
 from clipflow.ps.node import NodeLink
 from clipflow.ps.reliable import Dedup

@@ -31,8 +31,7 @@ from typing import Any
 import torch
 
 from clipflow.environment import int_var, read_env, required_var
-from clipflow.errors import ClipflowError, CommError
-from clipflow.ps.exitcodes import ABORTED
+from clipflow.errors import ABORTED, ClipflowError, CommError
 from clipflow.train.buckets import WdMult
 from clipflow.train.interface import choose_interface
 from clipflow.train.job import PSSettings

@@ -2,62 +2,28 @@
 and what comes home after.
 
 Every host keeps the run in its own folder, ``<cluster.job_dir>/<run>`` (the roles' working folder there): the
-job file, its workers' lists, the val list, and on rank 0's host the checkpoints, history, best model,
-TensorBoard files and final model. Before a start the launcher puts the small files there
-(:func:`push_job_files`) and makes sure the newest valid checkpoint of the run, wherever it is (on any host of
-the plan, or the copy at home), is on the host that runs rank 0 now (:func:`place_newest_checkpoint`): a plan
-whose first host changed still resumes. After a run, rank 0's final model and history come home checked against
-their sha256 (:func:`fetch_outputs`); after a failure, its newest checkpoint does (:func:`keep_home_copy`), so a
-host lost later loses nothing.
+job file, its workers' lists, the val list, and on rank 0's host the checkpoints, history, best model, TensorBoard
+files and final model. Before a start the launcher puts the small files there
+(:func:`clipflow.launch.push.push_job_files`) and makes sure the newest valid checkpoint of the run, wherever it
+is (on any host of the plan, or the copy at home), is on the host that runs rank 0 now
+(:func:`place_newest_checkpoint`): a plan whose first host changed still resumes. After a run, rank 0's final
+model and history come home checked against their sha256 (:func:`fetch_outputs`); after a failure, its newest
+checkpoint does (:func:`keep_home_copy`), so a host lost later loses nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 from clipflow.checksums import SUFFIX
-from clipflow.cluster.plan import Plan
-from clipflow.collect.hostfiles import LocalFiles, SftpFiles, open_host
-from clipflow.collect.transfer import fetch_checked, push_checked
 from clipflow.errors import ClipflowError
+from clipflow.hosts.files import LocalFiles, SftpFiles
+from clipflow.hosts.transfer import fetch_checked, push_checked
+from clipflow.launch.push import open_remote
 from clipflow.train.checkpoint import RUN_FACTS, checkpoint_name, order_points, point_order
 from clipflow.train.job import TrainJob
 
 RUN_FILES = ("metrics.jsonl", RUN_FACTS, "best.pt", "best.json")  # beside the checkpoints, carried with them
-
-
-def push_job_files(plan: Plan, files: Callable[[str], dict[str, Path]], log=print) -> None:
-    """On every host of ``plan``, ``files(host)`` (remote path -> local file) put there, each checked; a secret
-    (a CURVE ``*_secret`` key) readable by its owner only."""
-    for host in plan.role_hosts():
-        where = open_remote(plan, host)
-        try:
-            for remote, local in files(host).items():
-                try:
-                    push_checked(where, local, remote)
-                    if remote.endswith("_secret"):
-                        where.chmod(remote, 0o600)
-                except OSError as exc:
-                    raise ClipflowError(f"{host}: cannot write {remote} there ({exc.strerror or exc})") from None
-        finally:
-            where.close()
-        log(f"clipflow: {host}: the job's files are there")
-
-
-def key_files(plan: Plan, folder: str) -> dict[str, Path]:
-    """The job's CURVE keys (remote path -> file here) for the run's ``folder`` on a host, when it has keys."""
-    if not plan.keys_dir:
-        return {}
-    return {f"{folder}/{path.name}": path for path in sorted(Path(plan.keys_dir).iterdir()) if path.is_file()}
-
-
-def open_remote(plan: Plan, host: str) -> SftpFiles:
-    where = open_host(plan, host)
-    if not isinstance(where, SftpFiles):
-        where.close()
-        raise ClipflowError("storage local is for hosts with their own disks, reached over ssh (cluster.launcher ssh)")
-    return where
 
 
 def newest_point(where: SftpFiles | LocalFiles, folder: str) -> tuple[int, int] | None:

@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from clipflow.cluster.plan import Plan
 from clipflow.errors import ClipflowError
+from clipflow.hosts.plan import Plan
 from clipflow.made import Made
 from clipflow.recipe import check_recipe
 from clipflow.schemas import read_checked_json, validate

@@ -38,7 +38,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from clipflow.cluster.slurm import SlurmCommandFailed, slurm_command
+from clipflow.hosts.slurm import SlurmCommandFailed, slurm_command
 from clipflow.train.checkpoint import order_points, point_order
 
 SAY = "clipflow launch: "

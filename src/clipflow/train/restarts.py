@@ -25,16 +25,15 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from clipflow.checksums import write_text_with_checksum
-from clipflow.cluster.hostsfile import Host
-from clipflow.cluster.plan import Plan, make_plan
 from clipflow.data.splits import write_splits
 from clipflow.environment import NAMES
-from clipflow.errors import ClipflowError
+from clipflow.errors import RESUMABLE, ClipflowError
+from clipflow.hosts.hostsfile import Host
+from clipflow.hosts.plan import Plan, make_plan
+from clipflow.launch.processes import Ending
 from clipflow.made import Made
-from clipflow.ps.exitcodes import RESUMABLE
 from clipflow.train.checkpoint import CheckpointStore
 from clipflow.train.job import TrainJob
-from clipflow.train.launcher import Ending
 
 RESTARTS_FILE = "restarts.jsonl"
 HOST_CHECK_S = 5.0  # how long a host may take to answer the check before a restart
@@ -92,7 +91,7 @@ def reachable_hosts(plan: Plan, log=print) -> list[Host]:
         return hosts
     from invoke.exceptions import Failure, ThreadException
 
-    from clipflow.cluster.ssh import connect
+    from clipflow.hosts.ssh import connect
 
     settings = replace(plan.ssh_settings(), connect_timeout=HOST_CHECK_S, accept_new=False)
     there = []

@@ -33,12 +33,12 @@ from clipflow.data.listfile import read_list
 from clipflow.data.loader import make_loader
 from clipflow.environment import read_env
 from clipflow.errors import ClipflowError
+from clipflow.launch.notice import Notice, StoppedOnNotice
 from clipflow.models import build_model, is_image_model
 from clipflow.train.checkpoint import RUN_FACTS, CheckpointStore, atomic_save
 from clipflow.train.comm import DDPComm, PSComm
 from clipflow.train.faults import FaultInjector
 from clipflow.train.job import TrainJob
-from clipflow.train.notice import Notice, StoppedOnNotice
 from clipflow.train.progress import TensorBoardScalars, epoch_bar, progress_interval
 from clipflow.train.resume_check import check_resume, job_facts, listed_iterations
 from clipflow.train.schedule import Schedule, scaled_lr
@@ -90,7 +90,7 @@ class Trainer:
     def __init__(self, job: TrainJob, comm: PSComm | DDPComm, device: torch.device | None = None, log=print,
                  notice: Notice | None = None):  # fmt: skip
         self.job, self.comm, self.log = job, comm, log
-        self.notice = notice  # checked after every step: stop there, resumable (clipflow.train.notice)
+        self.notice = notice  # checked after every step: stop there, resumable (clipflow.launch.notice)
         recipe, paths, seed = job.recipe, job.paths, job.seed
         self.recipe, self.paths, self.seed = recipe, paths, seed
         self.device = device or torch.device("cpu")

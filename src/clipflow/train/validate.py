@@ -3,7 +3,7 @@
 Worker ``rank`` of ``W`` takes videos ``rank, rank + W, ...`` of the list (every video once over all workers),
 one centre clip each (the dataset's "val" mode), in batches of ``eval_batch_size``; :meth:`ValShard.totals`
 gives (loss sum, top-1 hits, top-5 hits, videos) through the scoring loop that evaluation uses too
-(:mod:`clipflow.evaluate.scoring`), so the epoch's val loss, top-1 and top-5 are over the whole list. The model
+(:mod:`clipflow.models.scoring`), so the epoch's val loss, top-1 and top-5 are over the whole list. The model
 runs in eval mode with this worker's BatchNorm statistics.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from clipflow.data.loader import make_loader
-from clipflow.evaluate.scoring import Forward, val_totals
+from clipflow.models.scoring import Forward, val_totals
 
 
 class ValShard:

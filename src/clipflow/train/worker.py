@@ -3,7 +3,7 @@
 It reads the job (:class:`clipflow.train.job.TrainJob`, checked as it is read), sets its torch threads and its
 device, joins the back end (the parameter server's key-value store, or a torch.distributed group) with its
 rank, and runs the :class:`clipflow.train.trainer.Trainer` to the end, or to a stop on notice (SIGUSR1 or
-SIGTERM: :mod:`clipflow.train.notice`), after which it exits RESUMABLE. Where the other processes are comes from
+SIGTERM: :mod:`clipflow.launch.notice`), after which it exits RESUMABLE. Where the other processes are comes from
 the variables the launcher sets (DMLC_* for the parameter server, MASTER_ADDR/MASTER_PORT and WORLD_SIZE for
 torch.distributed, as MXNet's and torchrun's workers find them).
 """
@@ -17,11 +17,11 @@ from pathlib import Path
 import torch
 
 from clipflow.environment import read_env
-from clipflow.ps.exitcodes import RESUMABLE
+from clipflow.errors import RESUMABLE
+from clipflow.launch.notice import Notice, StoppedOnNotice
 from clipflow.train.comm import DDPConfig, PSComm, run_in_group
 from clipflow.train.device import worker_device
 from clipflow.train.job import TrainJob
-from clipflow.train.notice import Notice, StoppedOnNotice
 
 
 def bootstrap() -> torch.device:

@@ -8,7 +8,7 @@ grace period, and the launcher's exit code is the failure's (128 + the signal's)
 A :class:`NoticePolicy` makes some of those signals a notice instead (a spot reclaim,
 Slurm's ``--signal=USR1@120``): the launcher passes SIGUSR1 on to every worker (a local
 or srun role: its process group; an ssh role: a notice line to its supervisor,
-:mod:`clipflow.cluster.remote_exec`) and waits up to the policy's seconds for the
+:mod:`clipflow.launch.remote_exec`) and waits up to the policy's seconds for the
 workers to end. Training workers (`clipflow train launch`: SIGTERM and SIGUSR1) finish
 their step, rank 0 checkpoints, and all exit RESUMABLE: the launcher stops the rest and
 exits RESUMABLE with one line saying where it stopped (a worker that got the notice
@@ -37,12 +37,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from clipflow.cluster.plan import Role
-from clipflow.cluster.remote_exec import NOTICE_LINE
-from clipflow.errors import ClipflowError
+from clipflow.errors import ABORTED, RESUMABLE, ClipflowError
+from clipflow.hosts.plan import Role
+from clipflow.launch.notice import HELD, STOPPED
+from clipflow.launch.remote_exec import NOTICE_LINE
 from clipflow.made import Made
-from clipflow.ps.exitcodes import ABORTED, RESUMABLE
-from clipflow.train.notice import HELD, STOPPED
 
 POLL_S = 0.1
 SETTLE_S = 3.0  # after an echo of a failure, how long to wait for the process that caused it
@@ -248,7 +247,7 @@ class Launcher:
     def _terminate_all(self) -> int:
         """SIGTERM every live process group, SIGKILL after the grace period; returns how many were running."""
         live = [p for p in self.procs if p.poll() is None]
-        for p in self.procs:  # a remote role ends when its stdin closes (clipflow.cluster.remote_exec)
+        for p in self.procs:  # a remote role ends when its stdin closes (clipflow.launch.remote_exec)
             if p.stdin is not None:
                 try:
                     p.stdin.close()

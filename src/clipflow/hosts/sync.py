@@ -11,10 +11,10 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from clipflow.cluster.hostsfile import Host
-from clipflow.cluster.plan import Plan
-from clipflow.cluster.ssh import SshSettings, ssh_options
 from clipflow.errors import ClipflowError
+from clipflow.hosts.hostsfile import Host
+from clipflow.hosts.plan import Plan
+from clipflow.hosts.ssh import SshSettings, ssh_options
 
 EXCLUDES = (
     "/results/",

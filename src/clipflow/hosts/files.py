@@ -12,10 +12,10 @@ import shutil
 import stat
 from pathlib import Path
 
-from clipflow.cluster.hostsfile import parse_host
-from clipflow.cluster.plan import Plan
-from clipflow.cluster.ssh import connect
 from clipflow.errors import ClipflowError
+from clipflow.hosts.hostsfile import parse_host
+from clipflow.hosts.plan import Plan
+from clipflow.hosts.ssh import connect
 
 
 class LocalFiles:

@@ -1,4 +1,5 @@
-"""The one scoring loop: a model's logits for every view of the items of a loader, batch by batch.
+"""The one scoring loop: a model's logits for every view of the items of a loader, batch by batch. Here, below
+both of its users (training's validation and evaluation), so neither imports the other.
 
 Validation while training (:class:`clipflow.train.validate.ValShard`, one centre view an item) and the
 test protocol (:func:`score_videos`, every view of a video) both run :func:`view_logits` and only reduce
@@ -14,10 +15,18 @@ import torch
 import torch.nn.functional as F
 
 from clipflow.data.loader import make_loader
-from clipflow.evaluate.metrics import top_k
-from clipflow.evaluate.protocol import videos_per_batch
 
 Forward = Callable[..., torch.Tensor]  # the normalised inputs of a batch (slow and fast clips, or images) -> logits
+
+
+def top_k(classes: int) -> int:
+    return min(5, classes)
+
+
+def videos_per_batch(batch_size: int, views: int) -> int:
+    """Whole videos per batch: ``batch_size`` views rounded down, at least one video (whose views then go
+    through the model ``batch_size`` at a time)."""
+    return max(1, batch_size // views)
 
 
 def view_logits(

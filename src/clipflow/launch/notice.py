@@ -5,7 +5,7 @@ process) only sets a flag: the step under way goes on. Another SIGUSR1 changes n
 process, and the launcher passes its own on too); a SIGTERM after it ends the worker at once (the launcher's
 teardown). After each step the workers agree whether any of them got a notice, with one float summed through
 the back end (:meth:`Notice.agreed`), so that all of them stop after the same step; rank 0 then writes a
-checkpoint inside the epoch and every worker exits :data:`clipflow.ps.exitcodes.RESUMABLE`.
+checkpoint inside the epoch and every worker exits :data:`clipflow.errors.RESUMABLE`.
 
 The launcher starts a training worker with SIGUSR1 blocked (:data:`HELD`): a notice that comes while the worker
 is still starting waits, pending, until :meth:`Notice.install` has put the handler in place and unblocks it. A

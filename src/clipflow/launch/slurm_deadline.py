@@ -16,8 +16,8 @@ import re
 import time
 from collections.abc import Mapping
 
-from clipflow.cluster.slurm import SlurmCommandFailed, slurm_command
 from clipflow.errors import ClipflowError
+from clipflow.hosts.slurm import SlurmCommandFailed, slurm_command
 
 _LEFT = re.compile(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)")
 

@@ -18,11 +18,11 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from clipflow.cluster.hostsfile import Host, hosts_from_config, parse_host, read_hosts_file
-from clipflow.cluster.ports import port_free
-from clipflow.cluster.ssh import SshSettings
 from clipflow.environment import SECURITY_MODES, read_env
 from clipflow.errors import ClipflowError
+from clipflow.hosts.hostsfile import Host, hosts_from_config, parse_host, read_hosts_file
+from clipflow.hosts.ports import port_free
+from clipflow.hosts.ssh import SshSettings
 from clipflow.ps.env import is_loopback
 from clipflow.ps.security import insecure_refusal, make_keys
 from clipflow.schemas import config_setting
@@ -305,7 +305,7 @@ def plan_hosts(hosts_file: str, hosts: str, launcher: str = "", environ: Mapping
 def slurm_hosts(hosts_file: str, hosts: str, environ: Mapping[str, str]) -> list[Host]:
     """The slurm launcher's hosts: the allocation's nodes, or the named ones, which must belong to the allocation
     when the plan is made inside one. A hosts file is refused: the allocation decides the nodes."""
-    from clipflow.cluster.slurm import allocation_from_env, check_nodes_in_allocation
+    from clipflow.hosts.slurm import allocation_from_env, check_nodes_in_allocation
 
     if hosts_file:
         raise ClipflowError(

@@ -1,6 +1,6 @@
 """The remote end of a role started over ssh: run one command, and stop it when the launcher goes away.
 
-The launcher runs ``ssh [opts] user@host 'exec /path/python -m clipflow.cluster.remote_exec'`` with the local
+The launcher runs ``ssh [opts] user@host 'exec /path/python -m clipflow.launch.remote_exec'`` with the local
 ssh process's stdin a pipe, and the protocol on that pipe is:
 
 * The launcher writes ONE line: a JSON object ``{"argv": [str, ...], "env": {str: str}, "cwd": str | null}``,
@@ -8,7 +8,7 @@ ssh process's stdin a pipe, and the protocol on that pipe is:
   ``argv`` in ``cwd`` with its own environment plus ``env`` (``env`` wins, and ``PYTHONUNBUFFERED=1``), in a
   new session (its own process group), stdin from /dev/null, stdout and stderr inherited, so the command's
   output goes straight back through ssh as it is written. With ``hold_notice`` the command starts with
-  SIGUSR1 blocked (a training worker unblocks it once its handler is in place, :mod:`clipflow.train.notice`),
+  SIGUSR1 blocked (a training worker unblocks it once its handler is in place, :mod:`clipflow.launch.notice`),
   so a notice that comes while it starts waits instead of killing it.
 * The launcher then keeps the pipe open for the life of the role. Each further line ``notice`` (
   :data:`NOTICE_LINE`) is a notice (a spot reclaim, a Slurm time limit near): the supervisor sends SIGUSR1 to

@@ -5,7 +5,7 @@ launcher use the OpenSSH client, because it streams a role's output as it comes.
 read the same two files:
 
 * the job's key pair, ``cluster.ssh_key`` (default ``~/.ssh/id_ed25519``), made and
-  authorised on every host by :mod:`clipflow.cluster.keys`;
+  authorised on every host by :mod:`clipflow.hosts.keys`;
 * the project's ``known_hosts`` (``cluster.known_hosts``, default ``.clipflow/known_hosts``).
   On first contact a host's key is pinned there and reported with its fingerprint
   (fabric's own default would accept any key without a word); with
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from clipflow.cluster.hostsfile import Host
 from clipflow.errors import ClipflowError
+from clipflow.hosts.hostsfile import Host
 
 if TYPE_CHECKING:  # fabric and paramiko are imported where a connection is made: the launcher needs neither
     import paramiko

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from clipflow.cluster.hostsfile import DEFAULT_PORT, Host, hosts_from_config
 from clipflow.errors import ClipflowError
+from clipflow.hosts.hostsfile import DEFAULT_PORT, Host, hosts_from_config
 
 
 def slurm_nodes(cluster: Mapping) -> list[Host]:

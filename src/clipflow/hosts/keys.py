@@ -23,9 +23,9 @@ import stat
 import subprocess
 from pathlib import Path
 
-from clipflow.cluster.hostsfile import Host
-from clipflow.cluster.ssh import SshSettings, connect, debug_command
 from clipflow.errors import ClipflowError
+from clipflow.hosts.hostsfile import Host
+from clipflow.hosts.ssh import SshSettings, connect, debug_command
 
 KEY_TYPES = ("ed25519", "rsa")
 

@@ -10,13 +10,13 @@ own host (:mod:`clipflow.host_log`). The environment is built here from an expli
 list, never inherited piecemeal.
 
 * ``local``: the role's process runs here with that environment.
-* ``ssh``: the OpenSSH client runs ``python -m clipflow.cluster.remote_exec`` on the
+* ``ssh``: the OpenSSH client runs ``python -m clipflow.launch.remote_exec`` on the
   role's host; the role's argv, environment and working directory go to it as one
   JSON line on stdin (never on a command line, so secrets stay out of ``ps``), a
   ``notice`` line later passes SIGUSR1 on to it, and closing that stdin ends the role
-  (:mod:`clipflow.cluster.remote_exec`).
+  (:mod:`clipflow.launch.remote_exec`).
 * ``slurm``: one ``srun`` step per role on its node; the environment travels with
-  ``--export=ALL`` (:mod:`clipflow.cluster.slurm`).
+  ``--export=ALL`` (:mod:`clipflow.hosts.slurm`).
 """
 
 from __future__ import annotations
@@ -27,16 +27,16 @@ import socket
 import sys
 from collections.abc import Callable, Mapping, Sequence
 
-from clipflow.cluster.hostsfile import parse_host
-from clipflow.cluster.plan import Plan, Role, insecure_addresses
-from clipflow.cluster.remote_exec import request_line
-from clipflow.cluster.slurm import srun_argv
-from clipflow.cluster.ssh import ssh_argv
 from clipflow.environment import NAMES
 from clipflow.errors import ClipflowError
 from clipflow.host_log import host_log_path
-from clipflow.train.launcher import RoleCommand
-from clipflow.train.notice import notice_argv
+from clipflow.hosts.hostsfile import parse_host
+from clipflow.hosts.plan import Plan, Role, insecure_addresses
+from clipflow.hosts.slurm import srun_argv
+from clipflow.hosts.ssh import ssh_argv
+from clipflow.launch.notice import notice_argv
+from clipflow.launch.processes import RoleCommand
+from clipflow.launch.remote_exec import request_line
 
 
 def ps_environment(plan: Plan, role: Role) -> dict[str, str]:
@@ -111,7 +111,7 @@ def role_commands(
     (the launcher's), each role keeps its own log on its host (:func:`clipflow.host_log.host_log_path`).
     ``workdir``: the roles' working folder on ssh hosts instead of the plan's (a run's own folder on hosts with
     their own disks). ``hold_notice``: the workers take a notice themselves (training workers,
-    :mod:`clipflow.train.notice`): each starts with SIGUSR1 blocked, here or on its ssh host, until its handler is in
+    :mod:`clipflow.launch.notice`): each starts with SIGUSR1 blocked, here or on its ssh host, until its handler is in
     place.
     """
     python = plan.python or sys.executable
@@ -153,7 +153,7 @@ def _wrap(plan: Plan, role: Role, argv: list[str], env: dict[str, str], python: 
     if plan.launcher == "ssh":
         settings = plan.ssh_settings()
         workdir = _remote_dir(workdir or plan.workdir or os.getcwd())
-        remote = f"cd {workdir} && exec {shlex.quote(python)} -m clipflow.cluster.remote_exec"
+        remote = f"cd {workdir} && exec {shlex.quote(python)} -m clipflow.launch.remote_exec"
         host = parse_host(role.host, f"the plan's host of {role.role} {role.rank}")
         request = request_line(argv, env, None, hold_notice=hold)
         return RoleCommand(role, ssh_argv(host, settings, remote), {}, stdin=request, hold_notice=hold)
