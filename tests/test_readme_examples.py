@@ -145,13 +145,15 @@ def test_a_named_clipflow_command_exists(page, name, capsys):
 
 
 def assert_help(words: list[str], capsys) -> None:
-    """The command ``words`` begin with exists: the clipflow parser shows its help."""
+    """The command ``words`` begin with exists: the clipflow parser shows its help. Words that are only a
+    placeholder (`python -m clipflow ...`: any command) name the program itself, whose help must show."""
     path = command_path(words)
-    assert path and path[0] == words[0], words
+    if words != ["..."]:
+        assert path and path[0] == words[0], words
     with pytest.raises(SystemExit) as stopped:
         build_parser().parse_args([*path, "--help"])
     assert stopped.value.code == 0
-    assert capsys.readouterr().out.startswith(f"usage: clipflow {' '.join(path)}")
+    assert capsys.readouterr().out.startswith(f"usage: clipflow {' '.join(path)}".rstrip())
 
 
 def test_the_readme_is_a_map_of_at_most_250_lines():
