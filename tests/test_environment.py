@@ -1,5 +1,5 @@
 """clipflow.environment: every CLIPFLOW_* variable is read in one module into one typed object, checked, and listed
-in the README with its default."""
+in docs/settings.md with its default."""
 
 from __future__ import annotations
 
@@ -19,21 +19,21 @@ def test_every_variable_fills_one_field_and_the_defaults_are_the_fields():
     assert [v.field for v in VARIABLES] == [f.name for f in fields(ClipflowEnv)]
     assert len({v.name for v in VARIABLES}) == len(VARIABLES) and all(v.name.startswith("CLIPFLOW_") for v in VARIABLES)
     assert ClipflowEnv.from_env({}) == ClipflowEnv()
-    for v in VARIABLES:  # the default the README shows is the one the reader gives
+    for v in VARIABLES:  # the default docs/settings.md shows is the one the reader gives
         if v.default:
             parsed = ClipflowEnv.from_env({v.name: v.default})
             assert parsed == ClipflowEnv(), v.name
 
 
-def readme_table() -> list[tuple[str, str, str]]:
-    text = (REPO / "README.md").read_text()
+def settings_table() -> list[tuple[str, str, str]]:
+    text = (REPO / "docs/settings.md").read_text()
     section = text.split("## Settings from the environment", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| `(CLIPFLOW_[A-Z0-9_]+)` \| ([^|]*) \| ([^|]*) \|", section, flags=re.M)
     return [(name, default.strip().strip("`"), who.strip()) for name, default, who in rows]
 
 
-def test_the_readme_lists_every_variable_with_its_default_and_who_sets_it():
-    assert readme_table() == [(v.name, v.default, v.set_by) for v in VARIABLES]
+def test_the_settings_page_lists_every_variable_with_its_default_and_who_sets_it():
+    assert settings_table() == [(v.name, v.default, v.set_by) for v in VARIABLES]
 
 
 def test_no_module_but_clipflow_environment_reads_a_clipflow_variable():

@@ -1,12 +1,15 @@
-"""The README's example commands run as they are written there (issue 17): the `snakemake` and `clipflow`
-commands of its bash blocks and its inline code. Snakemake gets `-n` (each would train); the clipflow commands
-that only read run for real in a copy of the workflow; a command written with placeholders (`<run>`, `DIR`,
-`...`) cannot run as it is, so its command must at least exist (`--help`)."""
+"""The example commands of the README and of every page under docs/ run as they are written there (issue 17;
+the pages since issue 28): the `snakemake` and `clipflow` commands of their bash blocks and their inline code.
+Snakemake gets `-n` (each would train); the clipflow commands that only read run for real in a copy of the
+workflow; a command written with placeholders (`<run>`, `DIR`, `...`) cannot run as it is, so its command must at
+least exist (`--help`). The README stays a map (at most 250 lines), every docs page says first what its reader
+will be able to do, and every relative link of the README and the pages leads to a file, and a heading there."""
 
 from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Iterator
 
 import pytest
 from helpers import REPO, copy_workflow, python_env
@@ -14,6 +17,9 @@ from helpers import REPO, copy_workflow, python_env
 from clipflow.cli import build_parser
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
+# The README and the guides it links to, each with its example commands (architecture.md included).
+PAGES = {path.relative_to(REPO).as_posix(): path.read_text(encoding="utf-8")
+         for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]}  # fmt: skip
 COMMAND = re.compile(r"^(snakemake|python -m clipflow|clipflow)(?= |$)")
 # The examples that need a finished training run, which the workflow tests make (test_workflow_report).
 AFTER_A_RUN = {"snakemake --report report.zip", "snakemake --report"}
@@ -21,23 +27,32 @@ AFTER_A_RUN = {"snakemake --report report.zip", "snakemake --report"}
 SMALL_SET = "data={synthetic: {num_train: 8, num_val: 8, min_frames: 40, max_frames: 48, short_side: 32}}"
 
 
-def bash_blocks() -> list[str]:
-    """The README's ```bash blocks that run a snakemake or clipflow command, each whole (a block may first
+def bash_blocks(text: str = README) -> list[str]:
+    """A page's ```bash blocks that run a snakemake or clipflow command, each whole (a block may first
     write the files its command reads)."""
-    blocks = re.findall(r"^```bash\n(.*?)^```", README, flags=re.S | re.M)
+    blocks = re.findall(r"^```bash\n(.*?)^```", text, flags=re.S | re.M)
     return [block for block in blocks if any(COMMAND.match(line) for line in block.splitlines())]
 
 
-def inline_commands() -> list[str]:
-    """The README's inline code that is a command: `snakemake ...` or `python -m clipflow ...`."""
-    spans = re.findall(r"`([^`]+)`", re.sub(r"^```.*?^```", "", README, flags=re.S | re.M))
+def inline_commands(text: str = README) -> list[str]:
+    """A page's inline code that is a command: `snakemake ...` or `python -m clipflow ...`."""
+    spans = re.findall(r"`([^`]+)`", re.sub(r"^```.*?^```", "", text, flags=re.S | re.M))
     commands = {" ".join(span.split()) for span in spans}  # a span may go on over a line's end
     return sorted(c for c in commands if re.match(r"^(snakemake|python -m clipflow)(?= |$)", c))
 
 
-def command_names() -> list[str]:
-    """The README's inline `clipflow ...` code: the name of a command, sometimes with its arguments."""
-    return sorted({span for span in re.findall(r"`(clipflow [^`\n]+)`", README)})
+def command_names(text: str = README) -> list[str]:
+    """A page's inline `clipflow ...` code: the name of a command, sometimes with its arguments."""
+    return sorted({span for span in re.findall(r"`(clipflow [^`\n]+)`", text)})
+
+
+def on_pages(examples) -> list:
+    """``examples`` (one of the three above) of every page, as pytest params named by page."""
+    return [
+        pytest.param(page, example, id=f"{page}: {next(filter(COMMAND.match, example.splitlines()), example)}")
+        for page, text in PAGES.items()
+        for example in examples(text)
+    ]
 
 
 def has_placeholder(command: str) -> bool:
@@ -80,27 +95,40 @@ def workflow(tmp_path_factory):
 
 
 def test_the_readme_has_the_examples_this_test_runs():
-    # so that a change to the README's form cannot leave this test running nothing
+    # so that a change to the README's form cannot leave this test running nothing; an example that moved to a
+    # docs page is looked for there
     assert len(bash_blocks()) >= 2
     assert any("'overrides={train: {epochs: 1}}'" in block for block in bash_blocks())
-    assert any("--config 'cluster={hosts_file: hosts}'" in block for block in bash_blocks())
+    assert any(
+        "--config 'cluster={hosts_file: hosts}'" in block for block in bash_blocks(PAGES["docs/ssh-clusters.md"])
+    )
+    assert any("source: list" in block for block in bash_blocks())  # your own data, in the README itself
     runnable = [c for c in inline_commands() if not has_placeholder(c) and c not in AFTER_A_RUN]
     assert "snakemake --cores 1 train_slowfast" in runnable
-    assert any(c.startswith("python -m clipflow data frames") for c in runnable)
+    in_data = [c for c in inline_commands(PAGES["docs/data.md"]) if not has_placeholder(c)]
+    assert any(c.startswith("python -m clipflow data frames") for c in in_data)
     assert "python -m clipflow status <run>" in inline_commands() and has_placeholder("python -m clipflow status <run>")
-    assert len(command_names()) >= 5
+    assert len({name for text in PAGES.values() for name in command_names(text)}) >= 5
 
 
-@pytest.mark.parametrize("block", bash_blocks(), ids=lambda block: next(filter(COMMAND.match, block.splitlines())))
-def test_a_bash_block_runs_as_written(workflow, block):
+def test_every_docs_page_has_examples_this_test_runs():
+    # the guides with commands: each one's are collected (a change of form would leave them unchecked)
+    for page in ["docs/getting-started.md", "docs/data.md", "docs/ssh-clusters.md", "docs/separate-machines.md",
+                 "docs/settings.md", "docs/slurm.md", "docs/failures-and-resume.md", "docs/bad-input.md"]:  # fmt: skip
+        text = PAGES[page]
+        assert bash_blocks(text) or inline_commands(text) or command_names(text), page
+
+
+@pytest.mark.parametrize("page, block", on_pages(bash_blocks))
+def test_a_bash_block_runs_as_written(workflow, page, block):
     script = "\n".join(dry(line) for line in block.splitlines())
     done = run(script, workflow)
     assert done.returncode == 0, f"{script}\n{done.stdout}{done.stderr}"
     assert "This was a dry-run" in done.stdout
 
 
-@pytest.mark.parametrize("command", inline_commands())
-def test_an_inline_command_runs_as_written(workflow, command, capsys):
+@pytest.mark.parametrize("page, command", on_pages(inline_commands))
+def test_an_inline_command_runs_as_written(workflow, page, command, capsys):
     if command in AFTER_A_RUN:
         pytest.skip("needs a finished run (tests/test_workflow_report.py makes one and its report)")
     if has_placeholder(command):
@@ -111,16 +139,61 @@ def test_an_inline_command_runs_as_written(workflow, command, capsys):
     assert "Traceback" not in done.stderr
 
 
-@pytest.mark.parametrize("name", command_names())
-def test_a_named_clipflow_command_exists(name, capsys):
+@pytest.mark.parametrize("page, name", on_pages(command_names))
+def test_a_named_clipflow_command_exists(page, name, capsys):
     assert_help(name.removeprefix("clipflow ").split(), capsys)
 
 
 def assert_help(words: list[str], capsys) -> None:
-    """The command ``words`` begin with exists: the clipflow parser shows its help."""
+    """The command ``words`` begin with exists: the clipflow parser shows its help. Words that are only a
+    placeholder (`python -m clipflow ...`: any command) name the program itself, whose help must show."""
     path = command_path(words)
-    assert path and path[0] == words[0], words
+    if words != ["..."]:
+        assert path and path[0] == words[0], words
     with pytest.raises(SystemExit) as stopped:
         build_parser().parse_args([*path, "--help"])
     assert stopped.value.code == 0
-    assert capsys.readouterr().out.startswith(f"usage: clipflow {' '.join(path)}")
+    assert capsys.readouterr().out.startswith(f"usage: clipflow {' '.join(path)}".rstrip())
+
+
+def test_the_readme_is_a_map_of_at_most_250_lines():
+    assert len(README.splitlines()) <= 250
+    guides = {link.partition("#")[0] for link in relative_links(README) if link.startswith("docs/")}
+    assert {page for page in PAGES if page.startswith("docs/")} <= guides  # a link to every page
+
+
+@pytest.mark.parametrize(
+    "page", [page for page in PAGES if page.startswith("docs/") and page != "docs/architecture.md"]
+)
+def test_a_docs_page_starts_with_what_its_reader_will_be_able_to_do(page):
+    first_paragraph = PAGES[page].split("\n\n")[1]  # after the page's title
+    assert first_paragraph.startswith("After reading this you will be able to"), page
+
+
+def anchors(text: str) -> Iterator[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces as hyphens, a repeated
+    one numbered."""
+    seen: dict[str, int] = {}
+    for title in re.findall(r"^#+ (.+)$", re.sub(r"^```.*?^```", "", text, flags=re.S | re.M), flags=re.M):
+        slug = re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+        seen[slug] = seen.get(slug, -1) + 1
+        yield slug if seen[slug] == 0 else f"{slug}-{seen[slug]}"
+
+
+def relative_links(text: str) -> list[str]:
+    """A page's markdown link targets that are not web addresses (link text may go over a line's end)."""
+    targets = re.findall(r"\[[^\]]*\]\(([^)\s]+)\)", re.sub(r"^```.*?^```", "", text, flags=re.S | re.M))
+    return [t for t in targets if not re.match(r"^[a-z]+:", t)]
+
+
+@pytest.mark.parametrize("page", list(PAGES))
+def test_every_relative_link_leads_to_a_file_and_a_heading_there(page):
+    broken = []
+    for link in relative_links(PAGES[page]):
+        path, _, anchor = link.partition("#")
+        target = (REPO / page).parent / path if path else REPO / page
+        if not target.exists():
+            broken.append(f"{link}: no file {target.relative_to(REPO)}")
+        elif anchor and anchor not in set(anchors(target.read_text(encoding="utf-8"))):
+            broken.append(f"{link}: no heading #{anchor} in {target.relative_to(REPO)}")
+    assert broken == [], page

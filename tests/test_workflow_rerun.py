@@ -1,5 +1,6 @@
 """Through real Snakemake: after a finished run (1 epoch on 2 workers), each kind of changed setting reruns
-exactly the stages it affects, and the dry run's reasons say why (the README's table "change -> stages rerun").
+exactly the stages it affects, and the dry run's reasons say why (docs/getting-started.md's table "What a changed
+setting reruns").
 
 One finished run is shared: every test works in a copy of its folder (results, logs and Snakemake's records),
 changes the config there and asks Snakemake, with its default rerun triggers, what it would do. The new user's

@@ -1,6 +1,6 @@
 """Settings from the environment: every ``CLIPFLOW_*`` variable, read here into one typed object.
 
-:data:`VARIABLES` lists them with their defaults and meanings (the README's table is that list, and a test keeps
+:data:`VARIABLES` lists them with their defaults and meanings (docs/settings.md's table is that list, and a test keeps
 the two equal); :meth:`ClipflowEnv.from_env` reads and checks them all at once, naming a bad one with what it
 must be. The rest of clipflow takes these settings from a :class:`ClipflowEnv`, never from ``os.environ``.
 
@@ -81,7 +81,7 @@ def choice_var(env: Mapping[str, str], name: str, choices: tuple[str, ...], defa
 
 @dataclass(frozen=True)
 class Variable:
-    """One CLIPFLOW_* variable: its name, the :class:`ClipflowEnv` field it fills, its default as the README
+    """One CLIPFLOW_* variable: its name, the :class:`ClipflowEnv` field it fills, its default as docs/settings.md
     shows it, who sets it (``you``, ``launcher`` or ``tests``) and what it means."""
 
     name: str

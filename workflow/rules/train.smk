@@ -2,7 +2,7 @@
 # workers; ddp: the workers).
 # Checkpoints go to results/<run>/checkpoints/, which is no declared output: a failed
 # run keeps them and the next run resumes from the newest one that loads.
-# What reruns train (the README's table "change -> stages rerun"): a changed setting it depends on, through
+# What reruns train (docs/getting-started.md's table "What a changed setting reruns"): a changed setting it depends on, through
 # train_settings; new splits, lists or recipe file. The cluster's files are ancient() once the run has its model:
 # a host change alone remakes the cluster's files, not the model, and the next training that runs reads the new
 # plan. Snakemake never judges a job below a rerun job through ancient() inputs only (it neither checks its params

@@ -24,7 +24,7 @@
 
 Memory: a reader (PyAV's container, or decord's VideoReader) is made per item and
 dropped after one read; bench/loader.py samples the resident memory of the loading
-processes over 2,000 clips (the README's loader table: flat once the allocator's pools
+processes over 2,000 clips (docs/benchmarks.md's loader figures: flat once the allocator's pools
 are filled).
 
 Batches: clips are stacked in their memory order (stack_in_memory_order), uint8.
