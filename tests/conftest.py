@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 os.environ.setdefault("CLIPFLOW_NO_PROGRESS", "1")
 ORDER = pytest.StashKey[tuple[str, int | None]]()  # --order: ("default" | "reverse" | "shuffle", the shuffle's seed)
+TESTS = Path(__file__).resolve().parent
 ORDER_INPUT = "clipflow_order"  # the controller's resolved --order, handed to each xdist worker
 # Groups that take longest, started first in the default order (the rest keep their order): the Slurm group, then
 # the modules that run Snakemake, then those on sshd hosts.
@@ -81,7 +82,9 @@ def pytest_configure_node(node) -> None:
 
 def xdist_group(item: pytest.Item) -> str:
     """The group a test runs in under pytest-xdist: ``slurm`` for every user of the Slurm cluster, else its module."""
-    return "slurm" if "slurm_cluster_session" in getattr(item, "fixturenames", ()) else item.path.stem
+    if "slurm_cluster_session" in getattr(item, "fixturenames", ()):
+        return "slurm"
+    return item.path.relative_to(TESTS).with_suffix("").as_posix()
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
