@@ -1,9 +1,13 @@
 """Shared fixtures and hooks.
 
-Fixtures: a small synthetic video set made once per test session; two CIFAR-format sets made per module
-(small_cifar, and cifar for the training and evaluation runs); make_cluster for the parameter-server tests.
-Plain helpers live in tests/helpers.py and the other *_helpers modules, never here: test modules import those,
-never conftest (tests/test_suite.py checks).
+Fixtures that tests of several folders use: a small synthetic video set made once per test session; a CIFAR-format
+set made per module (cifar, for the training and evaluation runs); the session's Slurm cluster. A fixture of one
+folder lives in that folder's conftest.py (tests/data/cifar: small_cifar; tests/launch: mx_python; tests/ps:
+make_cluster). Plain helpers live in tests/helpers.py and the other *_helpers modules (a folder's own beside its
+tests), never here: test modules import those, never a conftest (tests/test_suite.py checks).
+
+tests/ mirrors src/clipflow/: a folder per package, test_<module>.py for a module (pyproject.toml's pythonpath lists
+the folders whose helper modules the tests import by their plain names).
 
 Hooks: ``--order`` runs the collected tests in another order, to show a test that depends on which ran before
 it: ``--order reverse``, or ``--order shuffle:SEED`` (the modules in a random order, then the tests inside each;
@@ -22,15 +26,11 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 from helpers import REPO
-
-if TYPE_CHECKING:
-    from ps_cluster_helpers import Cluster
 
 os.environ.setdefault("CLIPFLOW_NO_PROGRESS", "1")
 ORDER = pytest.StashKey[tuple[str, int | None]]()  # --order: ("default" | "reverse" | "shuffle", the shuffle's seed)
@@ -152,25 +152,11 @@ def tiny_videos(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def small_cifar(tmp_path_factory) -> Path:
-    """A synthetic cifar-10-batches-py folder (batches/: 60 train, 20 val images) with lists/ from index_cifar."""
-    from cifar_helpers import NUM_TRAIN, NUM_VAL
-
-    from clipflow.data.cifar.index import index_cifar
-    from clipflow.data.cifar.synthetic import make_synthetic_cifar
-
-    root = tmp_path_factory.mktemp("cifar")
-    make_synthetic_cifar(root / "batches", NUM_TRAIN, NUM_VAL, seed=5)
-    index_cifar(root / "batches", root / "lists")
-    return root
-
-
-@pytest.fixture(scope="module")
 def cifar(tmp_path_factory):
     """200 train and 50 val synthetic images in CIFAR-10's format, indexed, the train list split over 2 workers.
 
-    Per module, like small_cifar: the modules that use it (test_train_images, test_evaluate) only read it, and it
-    takes a second to make, so each module gets its own and no module sees what another did to it."""
+    Per module, like small_cifar: the modules that use it (train/test_images, evaluate/test_evaluate) only read it,
+    and it takes a second to make, so each module gets its own and no module sees what another did to it."""
     from clipflow.data.cifar.index import index_cifar
     from clipflow.data.cifar.synthetic import make_synthetic_cifar
     from clipflow.data.listfile import read_list, write_list
@@ -182,26 +168,6 @@ def cifar(tmp_path_factory):
     for rank, part in enumerate(split_entries(read_list(root / "index/train.lst"), 2, seed=0)):
         write_list(root / "splits" / f"worker{rank}.lst", part)
     return root
-
-
-@pytest.fixture
-def make_cluster(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
-    """Makes parameter-server clusters of real processes in ``tmp_path`` (test_ps, test_ps_transport, test_ps_shm);
-    kills what they left running at the end of the test."""
-    from ps_cluster_helpers import Cluster
-
-    clusters: list[Cluster] = []
-
-    def make(num_server: int, num_worker: int, **env: str) -> Cluster:
-        cluster = Cluster(tmp_path, num_server, num_worker, **env)
-        clusters.append(cluster)
-        return cluster
-
-    try:
-        yield make
-    finally:
-        for cluster in clusters:
-            cluster.kill_all()
 
 
 @pytest.fixture(scope="session")
@@ -229,15 +195,3 @@ def slurm_module(slurm_cluster_session) -> Iterator:
     """The session's Slurm cluster for a module's shared fixture; what the module left is ended with the module."""
     yield slurm_cluster_session
     slurm_cluster_session.clear()
-
-
-@pytest.fixture(scope="session")
-def mx_python() -> Path:
-    """The Python of a virtual environment with MXNet 1.9.1 (tests/mxnet_env.py, built once and cached); skips,
-    saying why, only where it cannot be built."""
-    from mxnet_env import MxnetUnavailable, mxnet_python
-
-    try:
-        return mxnet_python()
-    except MxnetUnavailable as exc:
-        pytest.skip(f"no MXNet environment to run a real ps-lite job: {exc}")

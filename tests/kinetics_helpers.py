@@ -1,4 +1,4 @@
-"""A tiny Kinetics tree for the data tests (test_data_kinetics_cli, test_data_kinetics_workflow): annotation CSVs
+"""A tiny Kinetics tree for the data tests (data/test_kinetics_cli, workflow/test_data_kinetics): annotation CSVs
 with a non-ASCII label, an unlabelled test row and a video never downloaded, the lists `clipflow data kinetics` must
 make of them, and a video folder with both layouts (make_kinetics_tree)."""
 

@@ -1,5 +1,5 @@
-"""Shared by the report tests (test_report, test_workflow_report): checks on PNG images, decoded with Pillow, never
-by the code under test; and a page as headless Chromium draws it (screenshot; CHROMIUM is None where Debian's
+"""Shared by the report tests (report/test_report, workflow/test_report): checks on PNG images, decoded with Pillow,
+never by the code under test; and a page as headless Chromium draws it (screenshot; CHROMIUM is None where Debian's
 chromium package is not installed)."""
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ README = (REPO / "README.md").read_text(encoding="utf-8")
 PAGES = {path.relative_to(REPO).as_posix(): path.read_text(encoding="utf-8")
          for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]}  # fmt: skip
 COMMAND = re.compile(r"^(snakemake|python -m clipflow|clipflow)(?= |$)")
-# The examples that need a finished training run, which the workflow tests make (test_workflow_report).
+# The examples that need a finished training run, which the workflow tests make (workflow/test_report).
 AFTER_A_RUN = {"snakemake --report report.zip", "snakemake --report"}
 # The synthetic set the README's `data frames` example reads, kept small (config.yaml's own is 400 + 160 videos).
 SMALL_SET = "data={synthetic: {num_train: 8, num_val: 8, min_frames: 40, max_frames: 48, short_side: 32}}"
@@ -130,7 +130,7 @@ def test_a_bash_block_runs_as_written(workflow, page, block):
 @pytest.mark.parametrize("page, command", on_pages(inline_commands))
 def test_an_inline_command_runs_as_written(workflow, page, command, capsys):
     if command in AFTER_A_RUN:
-        pytest.skip("needs a finished run (tests/test_workflow_report.py makes one and its report)")
+        pytest.skip("needs a finished run (tests/workflow/test_report.py makes one and its report)")
     if has_placeholder(command):
         assert_help(command.removeprefix("python -m clipflow").split(), capsys)
         return

@@ -58,20 +58,21 @@ def test_the_import_check_finds_every_form() -> None:
 
 def test_no_module_of_the_suite_imports_a_test_module_or_conftest() -> None:
     offending = [
-        f"tests/{path.name} line {line}: {name}"
-        for path in sorted(TESTS.glob("*.py"))
+        f"tests/{path.relative_to(TESTS).as_posix()} line {line}: {name}"
+        for path in sorted(TESTS.rglob("*.py"))
         for line, name in imported_modules(path.read_text(encoding="utf-8"))
         if forbidden(name)
     ]
     assert offending == [], (
-        "a test module must not import another test module or conftest: put shared helpers in a helper module "
-        "(tests/helpers.py, tests/*_helpers.py) and shared fixtures in tests/conftest.py\n" + "\n".join(offending)
+        "a test module must not import another test module or conftest: put helpers in a helper module "
+        "(tests/helpers.py, tests/*_helpers.py, a folder's own beside its tests) and fixtures in a conftest.py\n"
+        + "\n".join(offending)
     )
 
 
 def collected(*order: str) -> subprocess.CompletedProcess:
     """The ids that ``pytest --collect-only`` lists for three small modules, in the order given by ``--order``."""
-    modules = ["tests/test_packaging.py", "tests/test_status.py", "tests/test_host_log.py"]
+    modules = ["tests/test_packaging.py", "tests/evaluate/test_status.py", "tests/test_host_log.py"]
     return subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *order, *modules],
         cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=120,

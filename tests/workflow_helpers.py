@@ -1,5 +1,5 @@
-"""The whole workflow through real Snakemake on the tiny synthetic set (test_workflow, test_workflow_report,
-test_cluster_hosts): its config (TINY, written to tiny.yaml in a copy of the workflow) and a Snakemake run there."""
+"""The whole workflow through real Snakemake on the tiny synthetic set (tests/workflow/, cluster/test_cluster_hosts):
+its config (TINY, written to tiny.yaml in a copy of the workflow) and a Snakemake run there."""
 
 from __future__ import annotations
 

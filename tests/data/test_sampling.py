@@ -2,7 +2,7 @@
 
 Each frame of these videos carries its index as 8 black or white bars (one bit each),
 so after decoding (with PyAV and with decord) the test reads which frames a clip really got. The
-expected indices come from a reference written from GluonCV's VideoClsCustom (tests/video_helpers.py)
+expected indices come from a reference written from GluonCV's VideoClsCustom (tests/data/video_helpers.py)
 loop (offsets per mode, the walk along the span, jitter, fast then slow per segment),
 fed the same random generator as the dataset, and from PySlowFast's linspace rule.
 """

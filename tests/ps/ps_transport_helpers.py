@@ -1,6 +1,6 @@
-"""Worker programs for tests/test_ps_transport.py, run as ``python tests/ps_transport_helpers.py SCENARIO``.
+"""Worker programs for tests/ps/test_transport.py, run as ``python tests/ps/ps_transport_helpers.py SCENARIO``.
 
-Like tests/ps_helpers.py: each reads the DMLC_* environment, checks its own results
+Like tests/ps/ps_helpers.py: each reads the DMLC_* environment, checks its own results
 (exiting 1 on a mismatch) and prints one JSON line of facts.
 """
 

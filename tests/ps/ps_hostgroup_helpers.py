@@ -1,6 +1,6 @@
-"""Worker programs and launch helpers for tests/test_ps_hostgroup.py (per-host aggregation and the fixed sum order).
+"""Worker programs and launch helpers for tests/ps/test_hostgroup.py (per-host aggregation and the fixed sum order).
 
-Run as ``python tests/ps_hostgroup_helpers.py SCENARIO``. The hosts are loopback addresses: ranks 0 and 1 advertise
+Run as ``python tests/ps/ps_hostgroup_helpers.py SCENARIO``. The hosts are loopback addresses: ranks 0 and 1 advertise
 127.0.0.1, ranks 2 and 3 127.0.0.2 (:func:`start_two_hosts`), so the canonical order of a round's sum is
 ``(w0 + w1) + (w2 + w3)``.
 """

@@ -1,6 +1,6 @@
 """The parts of the slurm launcher that need no controller: the node list expansion, the allocation read from
 Slurm's variables, the srun command line, and the refusals made before any step starts (a hosts file with the
-slurm launcher, srun missing). The launcher running for real on a Slurm cluster is in tests/test_slurm_launch.py.
+slurm launcher, srun missing). The launcher running for real on a Slurm cluster is in tests/launch/test_slurm.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`clipflow status`: what it says of a run in progress and of a finished one is in tests/test_train_launch.py (a
+"""`clipflow status`: what it says of a run in progress and of a finished one is in tests/train/test_launch.py (a
 real killed and resumed run); here, the runs it cannot read, named."""
 
 from __future__ import annotations

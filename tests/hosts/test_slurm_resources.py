@@ -1,5 +1,5 @@
 """The Slurm resources of the train and evaluate jobs, from the validated config (clipflow.hosts.slurm_resources);
-the jobs they make on a real cluster are in test_workflow_slurm."""
+the jobs they make on a real cluster are in tests/workflow/test_slurm.py."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ from ps_badinput_helpers import (
     listening_port,
     send_from_stranger,
 )
-from ps_cluster_helpers import TESTS, Cluster, base_env
+from ps_cluster_helpers import HERE, Cluster, base_env
 
 from clipflow.errors import ClipflowError
 from clipflow.hosts.hostsfile import Host
@@ -34,7 +34,7 @@ from clipflow.ps import PSConfig
 from clipflow.ps.node import Registration, Welcome
 from clipflow.ps.wire import MAX_DEPTH, Message, WireError, decode, encode
 
-WORKER = [sys.executable, str(TESTS / "ps_badinput_helpers.py")]
+WORKER = [sys.executable, str(HERE / "ps_badinput_helpers.py")]
 ROLE_CLI = [sys.executable, "-m", "clipflow", "ps", "role"]
 
 # -- a real job under fire --------------------------------------------------------------------

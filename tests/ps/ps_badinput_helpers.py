@@ -1,10 +1,10 @@
-"""Malformed parameter-server messages and the job they are thrown at, for tests/test_ps_badinput.py.
+"""Malformed parameter-server messages and the job they are thrown at, for tests/ps/test_badinput.py.
 
 As a module: BAD_FOR_SCHEDULER / BAD_FOR_SERVER (each case a socket identity and the frames a foreign process
 sends), :func:`send_from_stranger` (a DEALER of no clipflow node's, connected over loopback),
 :func:`listening_port` (the TCP port a process listens on, read from /proc) and :func:`drop_lines`.
-As a program (``python tests/ps_badinput_helpers.py``): a worker that pushpulls exactly checked sums
-until the test's marker file appears, then prints one JSON line of facts (as tests/ps_helpers.py does).
+As a program (``python tests/ps/ps_badinput_helpers.py``): a worker that pushpulls exactly checked sums
+until the test's marker file appears, then prints one JSON line of facts (as tests/ps/ps_helpers.py does).
 """
 
 from __future__ import annotations

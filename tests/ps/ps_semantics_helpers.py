@@ -1,4 +1,4 @@
-"""Worker programs for tests/test_ps_semantics.py, run as ``python tests/ps_semantics_helpers.py SCENARIO``.
+"""Worker programs for tests/ps/test_semantics.py, run as ``python tests/ps/ps_semantics_helpers.py SCENARIO``.
 
 Each reads the DMLC_* environment like a real trainer, prints one JSON line of
 facts and writes arrays for the test under CLIPFLOW_TEST_DIR.

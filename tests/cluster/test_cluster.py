@@ -1,7 +1,7 @@
 """Cluster preparation on the launching node: placement, the job's key, the launch command, rsync's options.
 
 What needs real remote hosts (key distribution, host keys, checks, the ssh launcher)
-is in tests/test_cluster_hosts.py, on sshd hosts in network namespaces.
+is in tests/cluster/test_cluster_hosts.py, on sshd hosts in network namespaces.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Per-host aggregation (dist_sync_device) and the servers' fixed sum order, on real processes and sockets.
 
 Two "hosts" on one machine: workers 0 and 1 advertise 127.0.0.1, workers 2 and 3 127.0.0.2 (both loopback), with
-one server on each; see tests/ps_hostgroup_helpers.py.
+one server on each; see tests/ps/ps_hostgroup_helpers.py.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""A virtual environment with a real MXNet (the versions of tests/mxnet-requirements.txt), built once and kept.
+"""A virtual environment with a real MXNet (the versions of tests/launch/mxnet-requirements.txt), built once and kept.
 
-:func:`mxnet_python` makes it with ``python -m venv`` and ``pip install -r tests/mxnet-requirements.txt`` (PyPI must
-be reachable), in a folder under the user's cache named for the requirements and this Python's version, so a later
-session reuses it; it is built in a temporary folder beside that and moved into place only once MXNet imports, so a
-half-built one is never taken for a built one. Where it cannot be built, :class:`MxnetUnavailable` says why (pip's
-last lines), and the tests that need it skip with that reason.
+:func:`mxnet_python` makes it with ``python -m venv`` and ``pip install -r`` that file (PyPI must be reachable), in
+a folder under the user's cache named for the requirements and this Python's version, so a later session reuses it;
+it is built in a temporary folder beside that and moved into place only once MXNet imports, so a half-built one is
+never taken for a built one. Where it cannot be built, :class:`MxnetUnavailable` says why (pip's last lines), and
+the tests that need it skip with that reason.
 """
 
 from __future__ import annotations

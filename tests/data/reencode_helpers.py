@@ -1,4 +1,4 @@
-"""Source videos for the re-encode tests (test_data_reencode, test_data_kinetics_cli): write_counter_video makes an
+"""Source videos for the re-encode tests (test_reencode, test_kinetics_cli): write_counter_video makes an
 H.264 video with audio whose frame i shows i as BITS black or white blocks, and frame_number reads it back."""
 
 from __future__ import annotations

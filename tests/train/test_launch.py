@@ -80,7 +80,7 @@ def test_a_missing_or_broken_val_list_is_named_before_anything_starts(tmp_path, 
 
 
 def test_no_wd_and_gradient_clipping_reach_the_parameter_server(tmp_path, tiny_videos):
-    """The recipe's train.no_wd and train.clip_grad configure PSSync (its semantics: test_ps_semantics)."""
+    """The recipe's train.no_wd and train.clip_grad configure PSSync (its semantics: ps/test_semantics)."""
     splits = two_splits(tmp_path, tiny_videos)
     done = launch(tmp_path, tiny_videos, splits, overrides={**TINY, "train": {**TINY["train"], "no_wd": True,
                                                                              "clip_grad": 0.5}})  # fmt: skip

@@ -1,5 +1,5 @@
 """The parameter-server tests' processes and messages: a Cluster of real scheduler, server and worker processes
-on loopback (each Proc with its own stdout/stderr files; the make_cluster fixture in conftest.py makes them and
+on loopback (each Proc with its own stdout/stderr files; the make_cluster fixture in tests/ps/conftest.py makes them and
 kills what is left), the DMLC_* environment of a worker (base_env), the worker programs' paths (ps_helpers.py,
 ps_transport_helpers.py) and a message as a server receives it (_msg)."""
 
@@ -18,9 +18,9 @@ import numpy as np
 from clipflow.hosts.ports import free_port
 from clipflow.ps.wire import Message, decode, encode
 
-TESTS = Path(__file__).resolve().parent
-SRC = TESTS.parent / "src"
-HELPERS = TESTS / "ps_helpers.py"
+HERE = Path(__file__).resolve().parent  # tests/ps/: the worker programs lie beside this module
+SRC = HERE.parents[1] / "src"
+HELPERS = HERE / "ps_helpers.py"
 ROLE_CMD = [sys.executable, "-c", "import sys; from clipflow.ps import run_role; sys.exit(run_role())"]
 HB_TIMEOUT = 3.0
 PROC_TIMEOUT = 60.0
@@ -117,11 +117,11 @@ class Cluster:
             p.popen.wait(timeout=10)
 
 
-TRANSPORT_HELPERS = TESTS / "ps_transport_helpers.py"
+TRANSPORT_HELPERS = HERE / "ps_transport_helpers.py"
 
 
 def rounds(cluster: Cluster, name: str, **env: str) -> Proc:
-    """A worker running tests/ps_transport_helpers.py's ``rounds`` scenario."""
+    """A worker running tests/ps/ps_transport_helpers.py's ``rounds`` scenario."""
     return cluster.start(name, "worker", [sys.executable, str(TRANSPORT_HELPERS), "rounds"], **env)
 
 

@@ -1,7 +1,7 @@
 """Parameter-server transport: CURVE security, resend with duplicate suppression, fault injection.
 
 Unit tests first, then real scheduler/server/worker processes on 127.0.0.1 (the
-Cluster helper of tests/ps_cluster_helpers.py).
+Cluster helper of tests/ps/ps_cluster_helpers.py).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def test_security_settings(tmp_path: Path) -> None:
     assert (cfg.security, cfg.keys_dir) == ("curve", str(keys))
     assert len(load_keys(str(keys)).server_public) == 40  # Z85
     none = PSConfig.from_env(env(CLIPFLOW_PS_SECURITY="none", DMLC_PS_ROOT_URI="10.1.2.3", CLIPFLOW_PS_INSECURE="1"))
-    assert (none.security, none.insecure) == ("none", True)  # beyond loopback only with the opt-in (test_ps_badinput)
+    assert (none.security, none.insecure) == ("none", True)  # beyond loopback only with the opt-in (test_badinput)
 
 
 def test_resend_settings() -> None:

@@ -103,7 +103,7 @@ def test_a_three_node_plan_launched_in_a_two_node_allocation_is_refused_before_a
 def test_an_mxnet_job_runs_on_three_slurm_nodes_under_clipflow_launch(slurm, tmp_path, mx_python):
     """MXNet's own ps-lite roles as srun steps: its traffic is not encrypted, so the nodes' addresses need
     CLIPFLOW_PS_INSECURE=1, as for clipflow's own roles without security."""
-    job_py = Path(__file__).parent / "data" / "mxnet_kvstore_job.py"
+    job_py = Path(__file__).parent / "mxnet_kvstore_job.py"
     launch = [sys.executable, "-m", "clipflow", "launch", "-n", "3", "-s", "2", "--launcher", "slurm", "--mxnet",
               "--port", str(free_port()), "--log-dir", str(tmp_path / "logs"), "--", str(mx_python),
               str(job_py)]  # fmt: skip

@@ -1,7 +1,7 @@
 """MXNet kvstore semantics on the parameter server: optimizer on the servers, 2-bit compression, PSSync.
 
 Unit tests first, then real scheduler/server/worker processes on loopback sockets
-(the Cluster of tests/ps_cluster_helpers.py; worker programs in tests/ps_semantics_helpers.py).
+(the Cluster of tests/ps/ps_cluster_helpers.py; worker programs in tests/ps/ps_semantics_helpers.py).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from clipflow.ps.optimizer import SGD, KeySet
 from clipflow.ps.store import KeyValueStore
 from clipflow.ps.wire import Message, Op
 
-TESTS = Path(__file__).resolve().parent
-HELPERS = TESTS / "ps_semantics_helpers.py"
+HERE = Path(__file__).resolve().parent
+HELPERS = HERE / "ps_semantics_helpers.py"
 TOL = 1e-5
 PROC_TIMEOUT = 120.0
 

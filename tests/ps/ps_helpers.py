@@ -1,4 +1,4 @@
-"""Worker programs for tests/test_ps.py, run as ``python tests/ps_helpers.py SCENARIO``.
+"""Worker programs for tests/ps/test_ps.py, run as ``python tests/ps/ps_helpers.py SCENARIO``.
 
 Each reads the DMLC_* environment like a real trainer, checks its own results
 (exiting 1 with a message on a mismatch) and prints one JSON line of facts for

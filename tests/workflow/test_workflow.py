@@ -169,7 +169,7 @@ def test_broken_video_in_the_scanned_set_is_left_out(workdir):
 
 
 def test_the_ddp_back_end_reaches_the_launch_and_an_unknown_one_is_refused(workdir):
-    """config train.backend is passed to `train launch` (its runs: tests/test_train_ddp.py)."""
+    """config train.backend is passed to `train launch` (its runs: tests/train/test_ddp_sync.py)."""
     ddp = ("--config", "train={backend: ddp}")
     planned = snakemake(workdir, "-n", "-p", "--forcerun", "train", "train_slowfast", *ddp)
     assert planned.returncode == 0, planned.stdout + planned.stderr

@@ -36,8 +36,13 @@ def slurm_run(slurm_module, tmp_path_factory) -> dict:
     work = copy_workflow(tmp_path_factory.mktemp("flow-slurm"))
     (work / "tiny.yaml").write_text(json.dumps(tiny_slurm_config()))
     done = snakemake_slurm(slurm_module, work, "train_slowfast", "--verbose")
-    return {"work": work, "done": done, "train": jobs_of_rule(slurm_module, "train"),
-            "evaluate": jobs_of_rule(slurm_module, "evaluate"), "splits": jobs_of_rule(slurm_module, "splits")}
+    return {
+        "work": work,
+        "done": done,
+        "train": jobs_of_rule(slurm_module, "train"),
+        "evaluate": jobs_of_rule(slurm_module, "evaluate"),
+        "splits": jobs_of_rule(slurm_module, "splits"),
+    }
 
 
 def test_the_slurm_profile_runs_the_workflow_to_its_metrics_and_report(slurm, slurm_run):
