@@ -23,7 +23,8 @@ ROLES = ["scheduler-0", "server-0", "worker-0", "worker-1"]  # the plan's defaul
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, tiny_videos) -> Path:
     """Two epochs of two workers and a server, validated each epoch (so best.pt is kept)."""
-    run = tmp_path_factory.mktemp("collect")
+    run = tmp_path_factory.mktemp("collect") / "run"  # a folder of its own around it: tests list what is beside it
+    run.mkdir()
     splits = two_splits(run, tiny_videos)
     scanned_val(run, tiny_videos)
     two = {**TINY, "train": {**TINY["train"], "epochs": 2, "eval_every": 1}}

@@ -1,5 +1,5 @@
 """A training job whose Slurm time limit is shorter than its training, on the real cluster of
-tests/slurm_cluster.py: `sbatch --time=1 --signal=USR1@40 --requeue` (the 1-minute limit is Slurm's smallest).
+tests/slurm_cluster.py: `sbatch --time=2 --signal=USR1@40 --requeue`.
 Slurm sends SIGUSR1 to every process of the job's steps (the roles) about 40 s before the limit; the workers finish
 their step, rank 0 checkpoints inside the epoch, all exit 79; the launcher then requeues the job
 (`train.on_notice: requeue`), and the next allocation of the same job id resumes from that checkpoint, as many times
@@ -20,10 +20,10 @@ from clipflow.data.listfile import write_list
 
 pytestmark = [pytest.mark.hosts, pytest.mark.slurm]
 
-# 3 workers x 4 videos listed 10 times, batch 2: 20 steps an epoch, 320 in all, about a minute here while the
-# unbroken run shares the cores; the notice comes 20-50 s into the job (the 60 s limit less 40 s, plus up to 30 s:
-# slurmctld looks at time limits every 30 s), so the first allocation is stopped and the second most often
-# finishes (a third one is taken as well). Dropout is drawn per worker and step, the same after a resume.
+# 3 workers x 4 videos listed 10 times, batch 2: 20 steps an epoch, 320 in all, about two minutes here with the
+# chain's sleeps while the unbroken run shares the cores; the launcher's notice comes 80 s into the job (the 120 s
+# limit less 40 s; Slurm's own up to 30 s later: slurmctld looks at time limits every 30 s), so the first
+# allocation is stopped and the second most often finishes (a third one is taken as well). Dropout is drawn per worker and step, the same after a resume.
 REPEATS = 10
 RECIPE = {**TINY, "model": {"dropout": 0.5}, "train": {**TINY["train"], "epochs": 16, "save_every_iters": 0}}
 TWO_EPOCHS = {**TINY, "train": {**TINY["train"], "epochs": 2, "save_every_iters": 0}}
@@ -68,12 +68,14 @@ def test_a_job_past_its_time_limit_is_stopped_on_notice_requeued_and_ends_with_t
         )
     threads = "--export=ALL,CLIPFLOW_TORCH_THREADS=1"  # two jobs share each node's two cores
     unbroken = sbatch(slurm, scripts[whole], threads)  # no time limit (the partition has none)
-    # the chain's workers sleep 0.1 s after each of their 320 steps (20 an epoch): 32 s, more than the ~20 s a
-    # one-minute job trains before its notice, whatever the CPU (the weights stay: the sleep changes no number)
-    slow = f"{threads},CLIPFLOW_FAULT_STEP_S=0.1"
-    limited = sbatch(slurm, scripts[chain], slow, "--time=1", "--signal=USR1@40", "--requeue", "--open-mode=append")
+    # the chain's workers sleep 0.3 s after each of their 320 steps (20 an epoch): 96 s, more than the at most 80 s
+    # a two-minute job trains before its notice, whatever the CPU (the weights stay: the sleep changes no number).
+    # Two minutes, not Slurm's smallest one: on a loaded machine the roles' start alone took the 20 s a one-minute
+    # job has before a 40 s notice, and every allocation stopped after one step until the job timed out.
+    slow = f"{threads},CLIPFLOW_FAULT_STEP_S=0.3"
+    limited = sbatch(slurm, scripts[chain], slow, "--time=2", "--signal=USR1@40", "--requeue", "--open-mode=append")
     assert slurm.wait_job(unbroken, 400)["JobState"] == "COMPLETED", (whole / "job.out").read_text()
-    info = slurm.wait_job(limited, 600)
+    info = slurm.wait_job(limited, 900)
     out = (chain / "job.out").read_text()
     print(out)
     assert info["JobState"] == "COMPLETED", out

@@ -111,21 +111,22 @@ def test_a_partition_the_cluster_does_not_have_is_refused_before_any_job(slurm, 
 
 
 EPOCHS = 5  # 4 more after the finished run's one, 2 steps each (24 videos, 3 workers x 4 clips)
-STEP_S = 4  # a sleep after each step: 8 x 4 s, more than the 30 s a one-minute job trains before its notice on any
-# CPU (CI's finished the 4 epochs in one allocation without it, and the test showed no requeue)
+STEP_S = 11  # a sleep after each step: 8 x 11 s, more than the 80 s a two-minute job trains before its notice on
+# any CPU (CI's finished the 4 epochs in one allocation without it, and the test showed no requeue). Two minutes, not
+# one: on a loaded machine the roles' start alone can take the 30 s a one-minute job has before its notice.
 
 
 def test_a_train_job_past_its_time_limit_is_requeued_by_the_launcher_and_the_workflow_ends(slurm, slurm_run,
                                                                                           tmp_path):  # fmt: skip
-    """The chain under the profile: the finished tiny run given more epochs than a one-minute train job holds
-    with its notice 30 s before that limit (the launcher's own, from the time left Slurm gives it); the workers
+    """The chain under the profile: the finished tiny run given more epochs than a two-minute train job holds
+    with its notice 40 s before that limit (the launcher's own, from the time left Slurm gives it); the workers
     stop on notice inside an epoch, the launcher requeues the job, the plugin waits through its PENDING, and the
     next allocation's train resumes there, until the run ends."""
     work = tmp_path / "limited"
     shutil.copytree(slurm_run["work"], work, symlinks=True)
     config = json.loads((work / "tiny.yaml").read_text())
     config["overrides"]["train"]["epochs"] = EPOCHS
-    config["cluster"]["slurm"].update(time_limit=1, notice_s=30)
+    config["cluster"]["slurm"].update(time_limit=2, notice_s=40)
     (work / "tiny.yaml").write_text(json.dumps(config))
     before = jobs_of_rule(slurm, "train")
     done = snakemake_slurm(slurm, work, "results/tiny/train/model_final.pt", "--verbose", timeout=900,
