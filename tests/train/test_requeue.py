@@ -23,7 +23,8 @@ pytestmark = [pytest.mark.hosts, pytest.mark.slurm]
 # 3 workers x 4 videos listed 10 times, batch 2: 20 steps an epoch, 320 in all, about two minutes here with the
 # chain's sleeps while the unbroken run shares the cores; the launcher's notice comes 80 s into the job (the 120 s
 # limit less 40 s; Slurm's own up to 30 s later: slurmctld looks at time limits every 30 s), so the first
-# allocation is stopped and the second most often finishes (a third one is taken as well). Dropout is drawn per worker and step, the same after a resume.
+# allocation is stopped and the second most often finishes (a third one is taken as well). Dropout is drawn per
+# worker and step, the same after a resume.
 REPEATS = 10
 RECIPE = {**TINY, "model": {"dropout": 0.5}, "train": {**TINY["train"], "epochs": 16, "save_every_iters": 0}}
 TWO_EPOCHS = {**TINY, "train": {**TINY["train"], "epochs": 2, "save_every_iters": 0}}

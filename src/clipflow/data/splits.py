@@ -22,7 +22,6 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
-from torch.utils.data import Sampler
 
 from clipflow.data.listfile import VideoEntry, list_text, read_list
 from clipflow.errors import ClipflowError
@@ -63,7 +62,7 @@ def epoch_order(length: int, seed: int, epoch: int) -> np.ndarray:
     return np.random.default_rng([seed, epoch]).permutation(length)
 
 
-class EpochSampler(Sampler[int]):
+class EpochSampler:  # a sampler as torch's DataLoader takes one (__iter__, __len__); no torch import for `splits`
     """A worker's indices for one epoch: its part in :func:`epoch_order`, the first ``limit`` of them,
     from ``position`` on (0, or where :meth:`resume` put it)."""
 

@@ -19,8 +19,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from clipflow.checksums import checksum_path, record_checksum
 from clipflow.errors import ClipflowError
 from clipflow.files import temp_beside
@@ -51,6 +49,8 @@ def atomic_save(obj: Any, path: str | Path) -> None:
     """Temp file in the same folder, fsync, rename, fsync the folder: a crash leaves the old file or the new one.
     Then ``<path>.sha256`` records the file's checksum (a crash before that leaves the file without one, which
     collection reports)."""
+    import torch  # here, not at the top: the launcher, restarts and collect read checkpoints' names, not tensors
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with temp_beside(path.with_name(f".{path.name}")) as tmp:  # a new file: never one that was there
@@ -104,6 +104,8 @@ class CheckpointStore:
         """The newest checkpoint that loads; a damaged one is reported and skipped, never deleted. None when there
         is no checkpoint; checkpoints none of which loads are a ClipflowError naming them (never a silent fresh
         start)."""
+        import torch
+
         points = self.points()
         for point in reversed(points):
             path = self.path(*point)
