@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import random
+import resource
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -119,6 +120,48 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for group in groups:
             rng.shuffle(group)
         items[:] = [item for group in groups for item in group]
+
+
+CPU_START = pytest.StashKey[float]()
+CPU_TOTALS: list[tuple[float, str]] = []  # (CPU seconds, test id); under xdist every worker's reports come here
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and of every child it has reaped (the clipflow commands, Snakemake runs and roles
+    a test starts), user and system."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.stash[CPU_START] = cpu_seconds()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """Each test's CPU seconds, setup to teardown, as its report's property ``cpu_s`` (the junit XML has it too):
+    on two cores the suite's wall time is bounded by its CPU time, which the durations alone do not show. Processes
+    that daemons a fixture started (sshd, slurmd) reap are not counted."""
+    if call.when == "teardown" and CPU_START in item.stash:
+        item.user_properties.append(("cpu_s", round(cpu_seconds() - item.stash[CPU_START], 2)))
+    yield
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "teardown":
+        spent = dict(report.user_properties).get("cpu_s")
+        if spent is not None:
+            CPU_TOTALS.append((float(spent), report.nodeid))
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    """The 30 tests that took the most CPU, beside pytest's 30 slowest (``--durations``), and the sum."""
+    if not CPU_TOTALS or hasattr(config, "workerinput"):
+        return
+    terminalreporter.write_sep("=", f"most CPU: {sum(s for s, _ in CPU_TOTALS):.0f} s in all tests")
+    for spent, nodeid in sorted(CPU_TOTALS, reverse=True)[:30]:
+        terminalreporter.write_line(f"{spent:8.1f}s cpu  {nodeid}")
 
 
 @pytest.fixture(scope="session", autouse=True)
