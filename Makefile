@@ -17,7 +17,7 @@ run: setup
 	snakemake --cores 1 train_slowfast
 
 test: setup
-	$(PY) -m pytest -q -n 3 --dist loadgroup --no-loadscope-reorder --durations=30 $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 3 --dist loadscope --no-loadscope-reorder --durations=30 $(PYTEST_ARGS)
 
 lint: setup
 	ruff check src tests bench

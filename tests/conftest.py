@@ -14,11 +14,13 @@ it: ``--order reverse``, or ``--order shuffle:SEED`` (the modules in a random or
 the same SEED, the same order). ``--order shuffle`` picks a seed and shows it in the header. The tests of a module
 stay together, so a module-scoped fixture is still made once.
 
-Side by side (pytest-xdist, ``make test`` runs ``-n 3 --dist loadgroup``): most of the suite's time is waiting
-(Slurm, sshd hosts, Snakemake, training processes), so three workers share the two cores. Each module is one group
-that one worker runs whole (its module-scoped fixtures are made once); every test that uses the session's Slurm
-cluster is in the group ``slurm`` (one cluster, one worker). In the default order the longest groups come first,
-so no long group starts last; a shuffle's seed is chosen once and handed to every worker.
+Side by side (pytest-xdist, ``make test`` runs ``-n 3 --dist loadscope``): much of the suite's time is waiting
+(Slurm, sshd hosts, Snakemake, training processes), so three workers share the two cores. Each module runs whole
+on one worker, so its module-scoped fixtures are made once (xdist's ``loadgroup`` would put tests of several
+modules together, but it marks a group in the test's node id, which pytest 9 no longer takes: it ran as ``load``,
+test by test, and made a module's finished run once on every worker). A worker makes the Slurm cluster once for
+the Slurm modules it runs. In the default order the modules of the longest kinds come first, so no long one starts
+last; a shuffle's seed is chosen once and handed to every worker.
 """
 
 from __future__ import annotations
@@ -35,10 +37,9 @@ from helpers import REPO
 
 os.environ.setdefault("CLIPFLOW_NO_PROGRESS", "1")
 ORDER = pytest.StashKey[tuple[str, int | None]]()  # --order: ("default" | "reverse" | "shuffle", the shuffle's seed)
-TESTS = Path(__file__).resolve().parent
 ORDER_INPUT = "clipflow_order"  # the controller's resolved --order, handed to each xdist worker
-# Groups that take longest, started first in the default order (the rest keep their order): the Slurm group, then
-# the modules that run Snakemake, then those on sshd hosts.
+# Modules of the kinds that take longest, started first in the default order (the rest keep their order): those
+# on the Slurm cluster, then those that run Snakemake, then those on sshd hosts.
 FIRST = ("slurm", "workflow", "hosts")
 
 
@@ -81,25 +82,15 @@ def pytest_configure_node(node) -> None:
     node.workerinput[ORDER_INPUT] = kind if seed is None else f"{kind}:{seed}"
 
 
-def xdist_group(item: pytest.Item) -> str:
-    """The group a test runs in under pytest-xdist: ``slurm`` for every user of the Slurm cluster, else its module."""
-    if "slurm_cluster_session" in getattr(item, "fixturenames", ()):
-        return "slurm"
-    return item.path.relative_to(TESTS).with_suffix("").as_posix()
-
-
-def pytest_itemcollected(item: pytest.Item) -> None:
-    """Puts each test in its xdist group (collection's end is where xdist reads the marks)."""
-    if item.config.pluginmanager.hasplugin("xdist"):
-        item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
-
-
-def first_rank(item: pytest.Item) -> int:
-    """Where a test's group starts in the default order: the longest kinds of group first (FIRST), then the rest."""
-    if xdist_group(item) == "slurm":
-        return 0
-    marks = {mark.name for mark in item.iter_markers()}
-    return next((rank for rank, name in enumerate(FIRST) if name in marks), len(FIRST))
+def module_ranks(items: list[pytest.Item]) -> dict[Path, int]:
+    """Where each module starts in the default order under xdist: the modules of the longest kinds first (FIRST:
+    a module with a test marked ``slurm``, then ``workflow``, then ``hosts``), then the rest."""
+    ranks: dict[Path, int] = {}
+    for item in items:
+        marks = {mark.name for mark in item.iter_markers()}
+        rank = next((rank for rank, name in enumerate(FIRST) if name in marks), len(FIRST))
+        ranks[item.path] = min(rank, ranks.get(item.path, rank))
+    return ranks
 
 
 @pytest.hookimpl(trylast=True)
@@ -107,7 +98,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Reorders the tests for ``--order`` (after pytest's own ordering and any deselection)."""
     kind, seed = config.stash[ORDER]
     if kind == "default" and hasattr(config, "workerinput"):
-        items.sort(key=first_rank)  # stable: a group's tests keep their order
+        ranks = module_ranks(items)
+        items.sort(key=lambda item: ranks[item.path])  # stable: a module's tests keep their order
     elif kind == "reverse":
         items.reverse()
     elif kind == "shuffle":
