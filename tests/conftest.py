@@ -14,8 +14,9 @@ it: ``--order reverse``, or ``--order shuffle:SEED`` (the modules in a random or
 the same SEED, the same order). ``--order shuffle`` picks a seed and shows it in the header. The tests of a module
 stay together, so a module-scoped fixture is still made once.
 
-Side by side (pytest-xdist, ``make test`` runs ``-n 3 --dist loadscope``): much of the suite's time is waiting
-(Slurm, sshd hosts, Snakemake, training processes), so three workers share the two cores. Each module runs whole
+Side by side (pytest-xdist, ``make test`` runs ``-n 3 --dist loadscope``): three workers share the two cores, so
+one worker's waits (Slurm, sshd hosts, Snakemake, training processes) are another's CPU; the suite's time is then
+bounded by its CPU time, which each test's ``cpu_s`` (below) shows. Each module runs whole
 on one worker, so its module-scoped fixtures are made once (xdist's ``loadgroup`` would put tests of several
 modules together, but it marks a group in the test's node id, which pytest 9 no longer takes: it ran as ``load``,
 test by test, and made a module's finished run once on every worker). A worker makes the Slurm cluster once for

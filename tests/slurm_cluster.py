@@ -248,18 +248,17 @@ class SlurmCluster:
 
     def clear(self, timeout_s: float = 30) -> list[str]:
         """End whatever a test left: cancel every job, then kill every process on a node but its slurmd. Returns
-        what was found (jobs and processes), so the caller can tell a test that left nothing from one that did."""
-        found = [f"job {job}" for job in self.job_ids()]
-        if found:
-            self.run(["scancel", *[job.removeprefix("job ") for job in found]], check=False)
+        what was found (jobs and processes): nothing for a test that left the cluster quiet."""
+        jobs = self.job_ids()
+        if jobs:
+            self.run(["scancel", *jobs], check=False)
             wait_until(lambda: not self.job_ids(), timeout_s, 0.25)
         left = self.node_processes()
-        for node, procs in left.items():
-            found += [f"{node}: {proc}" for proc in procs]
+        for procs in left.values():
             kill_pids([int(proc.split()[0]) for proc in procs])
         if left:
             wait_until(lambda: not self.node_processes(), timeout_s, 0.25)
-        return found
+        return [f"job {job}" for job in jobs] + [f"{node}: {proc}" for node, procs in left.items() for proc in procs]
 
     def logs(self, tail: int = 3000) -> str:
         """The ends of the daemons' logs, for failure messages."""
@@ -276,11 +275,9 @@ class SlurmCluster:
         problems = []
         if self._daemons and self._daemons[0].poll() is None and shutil.which("scancel"):
             with contextlib.suppress(Exception):
-                ids = self.job_ids()
-                if ids:
-                    problems.append(f"jobs still queued or running at the end: {ids}")
-                    self.run(["scancel", *ids], check=False)
-                    wait_until(lambda: not self.job_ids(), 20, 0.25)
+                left = self.clear(timeout_s=20)
+                if left:
+                    problems.append(f"still queued, running or alive at the end: {left}")
         for proc in reversed(self._daemons):  # the slurmds, slurmctld, then munged
             if proc.poll() is None:
                 proc.terminate()
