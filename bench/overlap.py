@@ -31,7 +31,7 @@ def worker(mode: str, steps: int, batch: int) -> None:
     import torch
     from torch.nn import functional as F
 
-    from clipflow.models import build_model
+    from clipflow.models.builder import build_model
     from clipflow.recipe import load_recipe
 
     torch.set_num_threads(1)

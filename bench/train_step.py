@@ -30,8 +30,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from clipflow.models import build_model
-from clipflow.models.builder import CARDS
+from clipflow.models.builder import build_model
+from clipflow.models.cards import CARDS
 from clipflow.recipe import load_recipe
 from clipflow.train.step import StepOptions
 

@@ -156,7 +156,12 @@ class SlurmCluster:
                 "SchedulerParameters=sched_interval=2,bf_interval=2",
                 "MpiDefault=none",
                 "GresTypes=gpu",  # a resource this cluster knows, though none of its nodes has one
-                "ProctrackType=proctrack/linuxproc",
+                # a job's processes by their process group, not by descent from its slurmstepd: a batch script's
+                # shell dies of the SIGTERM of a requeue or cancel at once, and the Snakemake it started (handling
+                # SIGTERM gracefully) is then no child of the step, so linuxproc's SIGKILL never found it (CI: one
+                # left on n1 after the requeue chain). Every process of a step keeps the step's group: the roles
+                # are tasks of their own steps, and the launcher's srun clients end with their steps
+                "ProctrackType=proctrack/pgid",
                 "TaskPlugin=task/none",
                 "JobAcctGatherType=jobacct_gather/none",
                 "AccountingStorageType=accounting_storage/none",

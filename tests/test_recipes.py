@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from clipflow.errors import ClipflowError
-from clipflow.models import build_model
+from clipflow.models.builder import build_model
 from clipflow.recipe import RECIPES_DIR, load_recipe
 from clipflow.train.schedule import scaled_lr
 

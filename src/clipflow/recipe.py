@@ -70,8 +70,7 @@ def check_recipe(data: object, what: str) -> dict:
 def check_data_kind(recipe: dict, what: str) -> None:
     """An image model takes images (data.kind image, whose settings must make an image spec), a video model
     clips."""
-    from clipflow.data.cifar.transforms import ImageSpec
-    from clipflow.models.builder import is_image_model
+    from clipflow.models.cards import is_image_model
 
     name, kind = recipe["model"]["name"], recipe["data"]["kind"]
     images = is_image_model(name)
@@ -81,6 +80,8 @@ def check_data_kind(recipe: dict, what: str) -> None:
             f"set data.kind: {'image' if images else 'video'}"
         )
     if images:
+        from clipflow.data.cifar.transforms import ImageSpec  # torch's and torchvision's import: image recipes only
+
         try:
             ImageSpec.from_recipe(recipe)
         except ClipflowError as exc:
@@ -96,7 +97,7 @@ def check_optimizer(recipe: dict, what: str) -> None:
 def check_pathways(recipe: dict, what: str) -> None:
     """A SlowFast model's alpha must be the ratio of the data's slow to fast temporal strides: its lateral
     connections stride the fast frames by alpha onto the slow ones."""
-    from clipflow.models.builder import slowfast_alpha
+    from clipflow.models.slowfast_spec import slowfast_alpha
 
     alpha = slowfast_alpha(recipe["model"])
     if alpha is None:
@@ -114,7 +115,7 @@ def check_clip(recipe: dict, what: str) -> None:
     one frame of the span: the fast one every fast_temporal_stride-th frame, the slow one (SlowFast) every
     slow_temporal_stride-th."""
     from clipflow.data.sampling import ClipSpec
-    from clipflow.models.builder import slowfast_alpha
+    from clipflow.models.slowfast_spec import slowfast_alpha
 
     try:
         ClipSpec.from_recipe(recipe)

@@ -21,16 +21,9 @@ from torch.nn import functional as TF
 from torchvision.transforms.v2 import functional as F
 
 from clipflow.data.dataset import SlowFastClips
+from clipflow.data.pixels import as_video, normalize_clips, transform_clip
 from clipflow.data.sampling import ClipSpec
-from clipflow.data.transforms import (
-    TransformSpec,
-    as_video,
-    center_crop_box,
-    crop_size_pairs,
-    normalize_clips,
-    train_crop_box,
-    transform_clip,
-)
+from clipflow.data.transforms import TransformSpec, center_crop_box, crop_size_pairs, train_crop_box
 from clipflow.data.transforms import test_crop_boxes as view_boxes  # aliased: pytest would collect test_*
 from clipflow.errors import ClipflowError
 

@@ -18,7 +18,7 @@ from safety_helpers import listing
 from clipflow.data.cifar.batches import CIFAR10_CLASSES
 from clipflow.evaluate.metrics import video_metrics
 from clipflow.hosts.ports import free_port
-from clipflow.models import build_model
+from clipflow.models.builder import build_model
 from clipflow.recipe import load_recipe
 
 SMALL_VIDEO = {"data": {"new_length": 8, "new_width": 42, "new_height": 32, "input_size": 32, "test_clips": 2,

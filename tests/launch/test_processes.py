@@ -99,3 +99,16 @@ def test_launcher_handles_a_signal_from_another_thread_of_the_test(tmp_path):
     launcher = Launcher(cmds, tmp_path, grace_s=2, console=io.StringIO())
     threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
     assert launcher.run() == 130
+
+
+def test_an_echo_of_a_failure_is_not_taken_for_its_cause_while_the_cause_is_still_exiting(tmp_path):
+    """The scheduler learns of worker 1's error and exits ABORTED at once; worker 1, slow to exit after printing
+    its error (as a torch process on a loaded machine), exits 2 seconds later: its failure is the launcher's."""
+    console = io.StringIO()
+    cmds = [
+        RoleCommand(Role("scheduler", 0, "localhost"), py("import sys; sys.exit(75)")),
+        RoleCommand(Role("worker", 1, "localhost"),
+                    py("import sys,time; print('clipflow: error: no video', flush=True); time.sleep(5); sys.exit(2)")),
+    ]  # fmt: skip
+    assert Launcher(cmds, tmp_path, grace_s=5, console=console).run() == 2
+    assert "worker 1 on localhost failed (exit code 2)" in console.getvalue(), console.getvalue()

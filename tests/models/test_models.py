@@ -9,8 +9,8 @@ import torchvision.models
 from helpers import clipflow
 
 from clipflow.errors import ClipflowError
-from clipflow.models import MODEL_NAMES, build_model, count_parameters, is_image_model, model_info
-from clipflow.models.builder import CARDS, OnePathway
+from clipflow.models.builder import OnePathway, build_model, count_parameters, model_info
+from clipflow.models.cards import CARDS, MODEL_NAMES, is_image_model
 from clipflow.models.cifar import vgg11
 from clipflow.recipe import load_recipe
 

@@ -96,7 +96,7 @@ def test_fault_setting():
 
 
 def test_no_wd_spares_biases_and_batchnorm_and_decays_the_rest():
-    from clipflow.models import build_model
+    from clipflow.models.builder import build_model
     from clipflow.recipe import load_recipe
     from clipflow.train.trainer import no_decay_mults
 

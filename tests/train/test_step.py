@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from clipflow.errors import ClipflowError
-from clipflow.models import build_model
+from clipflow.models.builder import build_model
 from clipflow.recipe import load_recipe
 from clipflow.train.step import StepOptions
 

@@ -10,7 +10,8 @@ from clipflow.errors import ClipflowError
 
 
 def cmd_models(a: argparse.Namespace) -> int:
-    from clipflow.models import MODEL_NAMES, model_info
+    from clipflow.models.builder import model_info
+    from clipflow.models.cards import MODEL_NAMES
 
     if a.action == "list":
         print("\n".join(MODEL_NAMES))

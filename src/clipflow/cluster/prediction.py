@@ -35,7 +35,7 @@ def gradient_bytes(recipe: dict) -> int:
 
 def clip_shapes(recipe: dict, batch: int) -> list[tuple[int, ...]]:
     """The inputs of one step: images, one video pathway, or SlowFast's slow and fast (see the docstring)."""
-    from clipflow.models.builder import slowfast_alpha
+    from clipflow.models.slowfast_spec import slowfast_alpha
 
     data = recipe["data"]
     size = data["input_size"]

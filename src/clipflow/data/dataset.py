@@ -2,7 +2,7 @@
 
 Each item decodes its video once, one read (clipflow.data.reader: PyAV, or decord)
 of the sorted union of the frames its clips read, and crops, resizes and flips them
-with torchvision.transforms.v2 as uint8; clipflow.data.transforms.normalize_clips
+with torchvision.transforms.v2 as uint8; clipflow.data.pixels.normalize_clips
 normalises a batch where the model runs.
 
 Test views. Mode "test" gives ``test_clips`` clips x ``test_crops`` crops per video.
@@ -31,6 +31,7 @@ import torch
 from torch.utils.data import Dataset
 
 from clipflow.data.listfile import VideoEntry, read_list
+from clipflow.data.pixels import as_video, normalize_clips, transform_clip
 from clipflow.data.reader import DECODERS, read_frames
 from clipflow.data.sampling import (
     MODES,
@@ -40,15 +41,7 @@ from clipflow.data.sampling import (
     slowfast_indices,
     testing_offsets,
 )
-from clipflow.data.transforms import (
-    TransformSpec,
-    as_video,
-    center_crop_box,
-    normalize_clips,
-    test_crop_boxes,
-    train_crop_box,
-    transform_clip,
-)
+from clipflow.data.transforms import TransformSpec, center_crop_box, test_crop_boxes, train_crop_box
 from clipflow.errors import ClipflowError
 
 

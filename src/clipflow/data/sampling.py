@@ -24,7 +24,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 import numpy as np
-import torch
 
 from clipflow.errors import ClipflowError
 
@@ -176,6 +175,8 @@ def pyslowfast_indices(
         start = float((rng or np.random.default_rng()).uniform(0, delta))
     else:
         start = delta * clip_idx / num_clips
+    import torch  # here only: the recipe checks read this module without loading torch
+
     # float32 linspace truncated to integers, exactly as PySlowFast indexes its decoded frames
     index = torch.linspace(start, start + clip_size - 1, spec.num_frames)
     fast = torch.clamp(index, 0, num_frames - 1).long().tolist()

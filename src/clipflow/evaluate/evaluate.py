@@ -22,7 +22,7 @@ from clipflow.evaluate.classes import class_names
 from clipflow.evaluate.metrics import video_metrics
 from clipflow.evaluate.protocol import protocol_of
 from clipflow.files import check_output_file
-from clipflow.models import build_model
+from clipflow.models.builder import build_model
 from clipflow.models.scoring import score_videos
 
 

@@ -44,7 +44,10 @@ from clipflow.launch.remote_exec import NOTICE_LINE
 from clipflow.made import Made
 
 POLL_S = 0.1
-SETTLE_S = 3.0  # after an echo of a failure, how long to wait for the process that caused it
+# After an echo of a failure (exit ABORTED), how long to wait for the process that caused it: a worker that
+# told the scheduler and printed its error can take seconds more to exit (torch's and zmq's teardown), over 3 s
+# on a loaded machine (CI: the scheduler's 75 was taken for the cause of a missing video's exit 2)
+SETTLE_S = 15.0
 SSH_FAILED = 255  # the OpenSSH client's own failure
 TIMED_OUT = 124  # past the launcher's time limit (as timeout(1) exits)
 

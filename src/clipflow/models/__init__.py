@@ -1,5 +1,2 @@
-"""Video and image models, built by name from a recipe's model section."""
-
-from clipflow.models.builder import MODEL_NAMES, build_model, count_parameters, is_image_model, model_info
-
-__all__ = ["MODEL_NAMES", "build_model", "count_parameters", "is_image_model", "model_info"]
+"""Video and image models, built by name from a recipe's model section: ``cards`` (each name's published input,
+without torch), ``slowfast_spec`` (a SlowFast's settings, without torch), ``builder`` (the model itself)."""

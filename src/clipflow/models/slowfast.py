@@ -10,39 +10,10 @@ pathway, concatenates and classifies.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 from torch import nn
 
-# Temporal kernel sizes of the first conv of each bottleneck, per stage (res2..res5).
-SLOW_TEMPORAL_KERNELS = (1, 1, 3, 3)
-FAST_TEMPORAL_KERNELS = (3, 3, 3, 3)
-RESNET_DEPTHS = {18: (2, 2, 2, 2), 50: (3, 4, 6, 3), 101: (3, 4, 23, 3)}
-
-
-@dataclass(frozen=True)
-class SlowFastSpec:
-    """Settings of a SlowFast network.
-
-    width: channels of the slow stem (64 for the ResNet variants); the stages
-    double it, and bottlenecks expand by 4. beta_inv: the fast pathway has
-    1/beta_inv of the slow pathway's channels. alpha: frame-rate ratio between
-    the pathways, the stride of the lateral connections.
-    """
-
-    num_classes: int = 400
-    depths: tuple[int, int, int, int] = RESNET_DEPTHS[50]
-    width: int = 64
-    beta_inv: int = 8
-    alpha: int = 8
-    fusion_kernel: int = 7
-    fusion_channel_ratio: int = 2
-    dropout: float = 0.5
-    stem_pool: bool = True
-    spatial_strides: tuple[int, int, int, int] = (1, 2, 2, 2)
-    slow_temporal_kernels: tuple[int, ...] = field(default=SLOW_TEMPORAL_KERNELS)
-    fast_temporal_kernels: tuple[int, ...] = field(default=FAST_TEMPORAL_KERNELS)
+from clipflow.models.slowfast_spec import SlowFastSpec
 
 
 def _bn(channels: int, zero_init: bool = False) -> nn.BatchNorm3d:

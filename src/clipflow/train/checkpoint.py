@@ -104,9 +104,11 @@ class CheckpointStore:
         """The newest checkpoint that loads; a damaged one is reported and skipped, never deleted. None when there
         is no checkpoint; checkpoints none of which loads are a ClipflowError naming them (never a silent fresh
         start)."""
+        points = self.points()
+        if not points:
+            return None  # no torch import for a folder without checkpoints (a fresh run's launcher)
         import torch
 
-        points = self.points()
         for point in reversed(points):
             path = self.path(*point)
             try:

@@ -38,13 +38,14 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
-from torch.utils.data import Sampler
+from typing import TYPE_CHECKING
 
 from clipflow.data.listfile import VideoEntry, list_text, parse_line
 from clipflow.data.splits import epoch_order
 from clipflow.errors import ClipflowError
+
+if TYPE_CHECKING:  # torch is imported where a worker needs it: the launcher reads layouts without it
+    import torch
 
 Sample = tuple[int, int]  # (source part, key: the sample's place in that part)
 
@@ -150,6 +151,8 @@ class EpochPlan:
 
     def encode(self) -> torch.Tensor:
         """This plan as bytes in a float32 tensor (each byte exact), for a broadcast."""
+        import torch
+
         blob = json.dumps({"lanes": self.lanes, "sources": self.sources, "total": self.total, "first": self.first})
         return torch.tensor(list(blob.encode()), dtype=torch.float32)
 
@@ -192,6 +195,8 @@ class SlotBuffers:
     def use(self, slot: int) -> None:
         if not self.kept or slot == self.current:
             return
+        import torch
+
         with torch.no_grad():
             for b, keep in zip(self.buffers, self.kept[self.current], strict=True):
                 keep.copy_(b)
@@ -200,9 +205,10 @@ class SlotBuffers:
         self.current = slot
 
 
-class LaneSampler(Sampler[int]):
+class LaneSampler:
     """A worker's dataset indices for the steps of an epoch plan: per step, each of its k lanes' next micro-batch
-    of ``batch`` in turn; a lane with fewer samples left pads with its first sample (weight 0 in the step)."""
+    of ``batch`` in turn; a lane with fewer samples left pads with its first sample (weight 0 in the step). A
+    DataLoader's sampler (any sized iterable of indices)."""
 
     def __init__(self) -> None:
         self.lanes: list[list[int]] = []

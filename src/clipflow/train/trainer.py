@@ -34,7 +34,8 @@ from clipflow.data.loader import make_loader
 from clipflow.environment import read_env
 from clipflow.errors import ClipflowError
 from clipflow.launch.notice import Notice, StoppedOnNotice
-from clipflow.models import build_model, is_image_model
+from clipflow.models.builder import build_model
+from clipflow.models.cards import is_image_model
 from clipflow.train.checkpoint import RUN_FACTS, CheckpointStore, atomic_save
 from clipflow.train.comm import DDPComm, PSComm
 from clipflow.train.faults import FaultInjector
