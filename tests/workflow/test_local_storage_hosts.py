@@ -38,7 +38,9 @@ def flow(ssh_hosts: NetnsHosts, tmp_path_factory: pytest.TempPathFactory, repo: 
     for name, order in (("hosts", (0, 1, 2)), ("hosts-turned", (1, 2, 0))):
         (work / name).write_text("".join(f"{ssh_hosts.hosts[i].target}\n" for i in order))
     key, known_hosts = str(ssh_hosts.local_home / ".ssh" / "id_ed25519"), str(work / "known_hosts")
-    cluster = three_host_cluster(python, key, known_hosts, storage="auto")
+    # no link check: this test is about storage (tests/cluster/test_links_hosts and the shared-storage run of
+    # tests/cluster/test_cluster_hosts check links); the two plans it makes would measure them twice
+    cluster = three_host_cluster(python, key, known_hosts, storage="auto", link_check=False)
     tiny = {**TINY, "data": {**TINY["data"], "dir": DATA_DIR}, "run": RUN, "cluster": cluster}
     (work / "tiny.yaml").write_text(json.dumps(tiny))
     (work / "results").mkdir()
