@@ -90,3 +90,24 @@ def test_imports_only_downward(path):
         if not below:
             upward.append(f"line {line}: {room} (layer {LAYER[room]}) imports {other} (layer {LAYER[other]})")
     assert upward == [], f"{path.relative_to(SRC)}: " + "; ".join(upward)
+
+
+def test_the_recipe_checks_the_workflow_parse_and_a_fresh_launch_import_no_torch():
+    """torch (and torchvision: 3 s of CPU together) is imported where a tensor is computed: every video recipe
+    checks through torch-free specs, and the modules the Snakefile and the launchers read load without it, so a
+    Snakemake parse (every dry run) and a fresh run's train launcher start without torch."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from clipflow.recipe import load_recipe\n"
+        "from clipflow.cluster.prediction import shape_overrides\n"
+        "import clipflow.workflow_checks, clipflow.train.launch, clipflow.evaluate.job, clipflow.launch.start\n"
+        "for name in ('slowfast_tiny_synthetic', 'slowfast_4x16_resnet50_kinetics400', 'r2plus1d_18_kinetics400'):\n"
+        "    load_recipe(name)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'torchvision')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout[:2000]

@@ -2,7 +2,7 @@
 
 Each item decodes its video once, one read (clipflow.data.reader: PyAV, or decord)
 of the sorted union of the frames its clips read, and crops, resizes and flips them
-with torchvision.transforms.v2 as uint8; clipflow.data.pixels.normalize_clips
+as uint8 (clipflow.data.pixels); clipflow.data.pixels.normalize_clips
 normalises a batch where the model runs.
 
 Test views. Mode "test" gives ``test_clips`` clips x ``test_crops`` crops per video.

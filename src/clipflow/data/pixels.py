@@ -1,17 +1,18 @@
-"""The pixel work on a decoded clip, done by torchvision.transforms.v2: crop, resize, flip, then normalise where
-the model runs (the boxes and settings are clipflow.data.transforms').
+"""The pixel work on a decoded clip: crop, resize, flip, then normalise where the model runs (the boxes and settings
+are clipflow.data.transforms').
 
-Pixels: the decoder's (T, H, W, C) uint8 frames are viewed, without a copy, as a
-``tv_tensors.Video`` (T, C, H, W) in channels-last memory, which torch's uint8 bilinear
-kernel reads directly. Per clip: ``crop`` (a view), ``resize`` on uint8 (bilinear,
-half-pixel centres, no antialias, as GluonCV's ``cv2.resize`` INTER_LINEAR; a crop is at
-most the short side, so the downscale is mild: 256 to 224 by default),
-``horizontal_flip`` on uint8. The loader hands these uint8 clips on, a quarter of the
-bytes of float ones; ``normalize_clips`` turns a batch into the model's float input
-where the model runs (one pass: float32, contiguous (N, C, T, H, W), then normalize
-with 255 x mean and 255 x std, which is ``normalize(to_dtype(x, scale=True), mean, std)``
-to within 1e-6). Measured on SlowFast 4x16 clips, normalising in the loader cost 5 ms a
-clip there and 4 times the shared memory between loader workers and the trainer.
+Pixels: the decoder's (T, H, W, C) uint8 frames are viewed, without a copy, as (T, C, H, W) in channels-last
+memory, which torch's uint8 bilinear kernel reads directly. Per clip: the crop (a view), the resize on uint8
+(``torch.nn.functional.interpolate``, bilinear, half-pixel centres, no antialias, as GluonCV's ``cv2.resize``
+INTER_LINEAR; a crop is at most the short side, so the downscale is mild: 256 to 224 by default), the flip on
+uint8. These are the kernels torchvision.transforms.v2's ``crop``, ``resize`` and ``horizontal_flip`` call on
+such a tensor, called without torchvision: its import (1.2 s of CPU, torch._dynamo through torchvision.ops) in
+every worker bought nothing (the clips are equal, tests/data/test_transforms.py). The loader hands these uint8
+clips on, a quarter of the bytes of float ones; ``normalize_clips`` turns a batch into the model's float input
+where the model runs (one pass: float32, contiguous (N, C, T, H, W), then normalize with 255 x mean and 255 x
+std, which is ``normalize(to_dtype(x, scale=True), mean, std)`` to within 1e-6). Measured on SlowFast 4x16
+clips, normalising in the loader cost 5 ms a clip there and 4 times the shared memory between loader workers and
+the trainer.
 """
 
 from __future__ import annotations
@@ -20,17 +21,15 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from torchvision import tv_tensors
-from torchvision.transforms.v2 import InterpolationMode
-from torchvision.transforms.v2 import functional as F
+from torch.nn.functional import interpolate
 
 from clipflow.data.transforms import Box, TransformSpec
 
 
-def as_video(frames: np.ndarray | torch.Tensor) -> tv_tensors.Video:
-    """decord's (T, H, W, C) uint8 frames as a Video (T, C, H, W): a view, no copy."""
+def as_video(frames: np.ndarray | torch.Tensor) -> torch.Tensor:
+    """The decoder's (T, H, W, C) uint8 frames as (T, C, H, W): a view, no copy."""
     tensor = torch.from_numpy(frames) if isinstance(frames, np.ndarray) else frames
-    return tv_tensors.Video(tensor.permute(0, 3, 1, 2))
+    return tensor.permute(0, 3, 1, 2)
 
 
 def transform_clip(
@@ -44,16 +43,17 @@ def transform_clip(
     normalize_clips makes the model's float input of it, on the model's device.
     """
     size = spec.input_size
-    clip = F.crop(video, *box)
+    top, left, height, width = box
+    clip = video[..., top : top + height, left : left + width]  # every box lies inside the frame
     if pick is not None:
         clip = clip[list(pick)]
     if tuple(clip.shape[-2:]) != (size, size):
-        clip = F.resize(clip, [size, size], interpolation=InterpolationMode.BILINEAR, antialias=False)
+        clip = interpolate(clip, size=[size, size], mode="bilinear", align_corners=False, antialias=False)
     else:
         clip = clip.contiguous(memory_format=torch.channels_last)  # a crop is a view of the decoded frames
     if flip:
-        clip = F.horizontal_flip(clip)
-    return clip.as_subclass(torch.Tensor).permute(1, 0, 2, 3)
+        clip = clip.flip(-1)
+    return clip.permute(1, 0, 2, 3)
 
 
 def normalize_clips(clips: torch.Tensor, spec: TransformSpec) -> torch.Tensor:
