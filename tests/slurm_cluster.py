@@ -42,6 +42,11 @@ PARTITION = "main"
 READY_TIMEOUT_S = 30.0
 
 
+# The job states in which a job has ended for good (squeue's man page, JOB STATE CODES)
+FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE",
+                "OUT_OF_MEMORY", "REVOKED", "SPECIAL_EXIT"}  # fmt: skip
+
+
 def missing_tools() -> list[str]:
     """The Slurm and munge programs this machine lacks (``.ci/run`` installs them from Debian's packages)."""
     return [tool for tool in (*DAEMONS, *CLIENTS) if shutil.which(tool) is None]
@@ -220,15 +225,15 @@ class SlurmCluster:
         return job_facts(job_id, self.env)
 
     def wait_job(self, job_id: str, timeout_s: float) -> dict[str, str]:
-        """Wait until the job has ended (any state but PENDING, RUNNING, CONFIGURING, COMPLETING, REQUEUED...)."""
-        active = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "RESIZING"}
-        active.add("SUSPENDED")
+        """Wait until the job has ended: one of Slurm's final states (COMPLETED, FAILED, CANCELLED, TIMEOUT...). Any
+        other is a job still on its way, the passing ones included: a run here read SIGNALING (a --signal warning
+        being sent, in a requeued allocation) and took it for the end."""
         info: dict[str, str] = {}
 
         def ended() -> bool:
             nonlocal info
             info = self.job_state(job_id)
-            return info.get("JobState") not in active
+            return info.get("JobState") in FINAL_STATES
 
         if not wait_until(ended, timeout_s, 0.5):
             raise TimeoutError(f"job {job_id} still {info.get('JobState')} after {timeout_s} s\n{self.logs()}")
