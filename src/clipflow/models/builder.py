@@ -16,7 +16,7 @@ Three kinds of model:
 
 Every name but ``slowfast`` and its presets takes only ``name`` and ``num_classes``.
 
-Each name has a card: the input it was published with (frames per pathway, or none for an image
+Each name has a card (clipflow.models.cards): the input it was published with (frames per pathway, or none for an image
 model, and the side), which ``python -m clipflow models info`` runs through the model on the meta
 device (shapes only, no memory and no arithmetic) to print the output shape.
 """

@@ -39,7 +39,6 @@ CARDS = {
     "cifar_resnext110": ModelCard((), 28, "MXNet example symbols/resnext.py (train_cifar10.py, 28 x 28 crops)"),
 }
 MODEL_NAMES = tuple(CARDS)
-TORCHVISION_VIDEO = tuple(name for name, c in CARDS.items() if c.source.startswith("torchvision"))
 
 
 def is_image_model(name: str) -> bool:
