@@ -188,6 +188,9 @@ class SlotBuffers:
     model before its micro-batch; after the step slot 0's are back (what checkpoints and validation see)."""
 
     def __init__(self, model: torch.nn.Module, accumulate: int) -> None:
+        import torch
+
+        self._no_grad = torch.no_grad  # use() runs every micro-batch: no import statement there
         self.buffers = [b for b in model.buffers()]
         self.kept = [[b.detach().clone() for b in self.buffers] for _ in range(accumulate)] if accumulate > 1 else []
         self.current = 0
@@ -195,9 +198,7 @@ class SlotBuffers:
     def use(self, slot: int) -> None:
         if not self.kept or slot == self.current:
             return
-        import torch
-
-        with torch.no_grad():
+        with self._no_grad():
             for b, keep in zip(self.buffers, self.kept[self.current], strict=True):
                 keep.copy_(b)
             for b, mine in zip(self.buffers, self.kept[slot], strict=True):
