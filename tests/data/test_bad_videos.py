@@ -14,6 +14,8 @@ from helpers import clipflow
 
 from clipflow.data.build import build_dataset
 from clipflow.data.reader import read_frames
+from clipflow.data.reencode import ReencodeSpec, reencode_lists
+from clipflow.data.scan import scan_lists
 from clipflow.data.synthetic import write_video
 from clipflow.errors import ClipflowError
 from clipflow.recipe import load_recipe
@@ -80,3 +82,19 @@ def test_reencode_names_each_bad_video_with_its_reason(video_root, tmp_path: Pat
     for line, name in enumerate(names, start=2):
         assert f"failed: {name} ({listed} line {line}): {reasons[name]}\n" in done.stdout, name
     assert decoder_text_in(done.stdout + done.stderr) == [] and "Traceback" not in done.stderr
+
+
+def test_the_scan_of_a_reencoded_tree_gives_each_left_out_videos_own_reason(video_root, tmp_path: Path) -> None:
+    """The re-encode's list of outputs keeps the videos it could not make, so that the scan lists them too: with the
+    reason the re-encode found, not "file not found" about an output that was never made."""
+    root, reasons = video_root
+    listed = tmp_path / "list.txt"
+    listed.write_text("good.mp4 0\n" + "".join(f"{name} 0\n" for name in reasons))
+    reencode_lists([listed], root, tmp_path / "out", ReencodeSpec(short_side=32), [tmp_path / "out.txt"],
+                   workers=1, log=lambda line: None)  # fmt: skip
+    scan_lists(tmp_path / "out.txt", tmp_path / "out.txt", tmp_path / "out", 2, None, tmp_path / "index", 1,
+               log=lambda line: None)  # fmt: skip
+    manifest = json.loads((tmp_path / "index" / "manifest.json").read_text())
+    left_out = {f["path"]: f["error"] for f in manifest["failures"] if f["split"] == "train"}
+    outputs = {name: str(Path(name).with_suffix(".mp4")) for name in reasons if not Path(name).is_absolute()}
+    assert left_out == {outputs[name]: f"re-encoding failed: {reasons[name]}" for name in outputs}

@@ -188,7 +188,10 @@ def test_reencode_sizes_rate_keyframes_then_skips_everything(sources, tmp_path):
     # the rerun decodes nothing: every output is up to date in the journal, and no file is written again
     outputs = [out / "a.mp4", out / "sub" / "b.mp4"]
     stamps, journal = [p.stat().st_mtime_ns for p in outputs], (out / JOURNAL).read_text()
-    assert sorted(json.loads(x)["dst"] for x in journal.splitlines()) == ["a.mp4", "sub/b.mp4"]
+    records = [json.loads(x) for x in journal.splitlines()]
+    assert sorted(r["dst"] for r in records if "error" not in r) == ["a.mp4", "sub/b.mp4"]
+    assert {r["dst"]: r["error"] for r in records if "error" in r} == {"broken.mp4": NOT_A_CONTAINER,
+                                                                      "missing.mp4": "file not found"}  # fmt: skip
     again = reencode(sources, out, "--short-side", "48", "--fps", "30", "--gop", "16", "--workers", "2")
     assert again.returncode == 0, again.stderr
     assert "0 re-encoded, 2 skipped" in again.stdout and "2 failed, of 4" in again.stdout

@@ -59,9 +59,11 @@ def test_reencode_size_rate_keyframes_and_no_audio(tmp_path, source, source_size
     count = len(frames)
     assert count == round(duration * spec.fps)  # the duration is kept
     assert (result.status, result.frames, (result.width, result.height)) == ("done", count, size)
-    # output frame k shows the latest input frame at or before k / fps: input frame floor(k * 25 / fps)
+    # as ffmpeg's fps filter: input frame j's time rounds to output slot floor(j * fps / 25 + 1/2), and output
+    # frame k shows the last input frame whose slot is at or before k
     shown = [frame_number(f.to_ndarray(format="rgb24")) for f in frames]
-    assert shown == [math.floor(Fraction(k * 25, spec.fps)) for k in range(count)]
+    slot = [math.floor(Fraction(j * spec.fps, 25) + Fraction(1, 2)) for j in range(60)]
+    assert shown == [max(j for j in range(60) if slot[j] <= k) for k in range(count)]
     every_16 = list(range(0, count, 16))
     assert [i for i, f in enumerate(frames) if f.key_frame] == every_16
     assert packet_keys == every_16
@@ -161,7 +163,7 @@ def test_tree_reports_each_bad_input_and_finishes_the_good_ones(tmp_path, source
     src_root.mkdir()
     data = source.read_bytes()
     (src_root / "good.mp4").write_bytes(data)
-    (src_root / "good.avi").write_bytes(data)  # would make the same output as good.mp4
+    (src_root / "good.avi").write_bytes(data)  # its stem is good.mp4's: kept apart as good.avi.mp4
     (src_root / "empty.mp4").write_bytes(b"")
     (src_root / "text.mp4").write_text("this is not a video\n")
     (src_root / "truncated.mp4").write_bytes(data[: len(data) // 3])  # its index, at the end, is cut off
@@ -171,14 +173,14 @@ def test_tree_reports_each_bad_input_and_finishes_the_good_ones(tmp_path, source
     by_name = {Path(r.src).name: r for r in results}
     assert [Path(r.src).name for r in results] == [Path(e).name for e in entries]
     assert by_name["good.mp4"].status == "done" and by_name["good.mp4"].frames == 72
-    assert all(r.status == "failed" for r in results[1:])
+    assert by_name["good.avi"].status == "done" and Path(by_name["good.avi"].dst).name == "good.avi.mp4"
+    assert all(r.status == "failed" for r in results[1:] if r is not by_name["good.avi"])
     assert by_name["empty.mp4"].error == "empty file (0 bytes)"
     assert by_name["text.mp4"].error == NOT_A_CONTAINER
     assert by_name["missing.mp4"].error == "file not found"
     assert by_name["truncated.mp4"].error == NOT_A_CONTAINER
-    assert by_name["good.avi"].error == "output good.mp4 is already made from good.mp4"
     assert "must be relative to the source root" in by_name["up.mp4"].error
-    assert sorted(p.name for p in dst_root.iterdir()) == ["good.mp4", JOURNAL]
+    assert sorted(p.name for p in dst_root.iterdir()) == ["good.avi.mp4", "good.mp4", JOURNAL]
     assert decord.VideoReader(str(dst_root / "good.mp4")).get_avg_fps() == 30
 
 
@@ -201,4 +203,24 @@ def test_tree_removes_an_output_whose_source_now_fails_and_keeps_one_whose_sourc
         ("failed", "file not found"),
     ]
     assert not (dst_root / "a.mp4").exists() and (dst_root / "b.mp4").exists()
-    assert [json.loads(x)["dst"] for x in (dst_root / JOURNAL).read_text().splitlines()] == ["b.mp4"]
+    records = [json.loads(x) for x in (dst_root / JOURNAL).read_text().splitlines()]
+    assert [r["dst"] for r in records if "error" not in r] == ["b.mp4"]
+    assert [(r["dst"], r["error"]) for r in records if "error" in r] == [("a.mp4", NOT_A_CONTAINER)]  # for the scan
+
+
+def test_videos_of_one_folder_sharing_a_stem_are_reencoded_apart(tmp_path):
+    """``a.mkv`` and ``a.mp4`` side by side (a download kept in two forms) make two outputs, ``a.mkv.mp4`` and
+    ``a.mp4``, each from its own source; before, the second was dropped as made from the first."""
+    src = tmp_path / "src"
+    src.mkdir()
+    write_counter_video(src / "a.mkv", frames=20, container_options=None)
+    write_counter_video(src / "a.mp4", frames=30)
+    write_counter_video(src / "b.webm.mkv", frames=10)  # its own stem: b.webm.mp4
+    results = reencode_tree(
+        ["a.mkv", "a.mp4", "b.webm.mkv"], src, tmp_path / "out", ReencodeSpec(short_side=64, fps=25)
+    )
+    assert [(Path(r.dst).name, r.status, r.frames) for r in results] == [
+        ("a.mkv.mp4", "done", 20), ("a.mp4", "done", 30), ("b.webm.mp4", "done", 10)
+    ]  # fmt: skip
+    with av.open(str(tmp_path / "out" / "a.mkv.mp4")) as out:
+        assert out.streams.video[0].frames == 20

@@ -127,6 +127,7 @@ else:
             out=folder_of("train"),
             num_classes=RECIPE["model"]["num_classes"],
             classes=lambda wc, input: input.get("classes", ""),
+            decoder=RECIPE["data"]["decoder"],
         threads: 2
         log:
             SCAN_LOG,
@@ -135,4 +136,5 @@ else:
         shell:
             "python -m clipflow data scan --train-list {input.train:q} --val-list {input.val:q}"
             " --root {params.root:q} --num-classes {params.num_classes}"
-            " --classes={params.classes:q} --out-dir {params.out:q} --workers {threads} > {log:q} 2>&1"
+            " --classes={params.classes:q} --out-dir {params.out:q} --workers {threads}"
+            " --decoder {params.decoder} > {log:q} 2>&1"

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from clipflow.cli.args import count, json_object, setting
+from clipflow.data.reader import DECODERS
 from clipflow.schemas import config_defaults
 
 
@@ -39,7 +40,8 @@ def cmd_cifar_index(a: argparse.Namespace) -> int:
 def cmd_scan(a: argparse.Namespace) -> int:
     from clipflow.data.scan import scan_lists
 
-    scan_lists(a.train_list, a.val_list, a.root, a.num_classes, a.classes or None, a.out_dir, a.workers)
+    scan_lists(a.train_list, a.val_list, a.root, a.num_classes, a.classes or None, a.out_dir, a.workers,
+               decoder=a.decoder)  # fmt: skip
     return 0
 
 
@@ -129,6 +131,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--classes", default="", help="the class index, one name a line (line number - 1 = label)")
     p.add_argument("--out-dir", required=True)
     p.add_argument("--workers", type=count, default=2)
+    p.add_argument("--decoder", choices=DECODERS, default=DECODERS[0],
+                   help="the reader training will use (the recipe's data.decoder)")  # fmt: skip
     p.set_defaults(func=cmd_scan)
     p = data.add_parser("kinetics", help="Kinetics annotation CSVs to the scan's 'path label' lists and classes.txt")
     p.add_argument("--train-csv", required=True, help="label,youtube_id,time_start,time_end,split")

@@ -10,15 +10,20 @@ The PyAV reader decodes on one thread and does no more than a clip needs:
   apart are short runs, not the whole video; a clip crossing keyframes is one run);
 - a packet that holds no needed frame is decoded with ``skip_frame`` NONREF, so the
   decoder drops it when no other frame refers to it (a non-reference B-frame); a
-  frame others refer to is decoded as always, so the needed ones come out the same;
-- it keeps the needed frames as decoded (YUV) and converts them to RGB at the end
-  with one swscale context, resized to the requested size if the video's differs
-  (bicubic, as decord's ffmpeg scale filter): measured, a context made per frame
-  (``to_ndarray(format=...)``) costs 0.35 ms a frame, and converting while decoding
-  slows the decoder through the cache.
+  frame others refer to is decoded as always, so the needed ones come out the same.
+  Only H.264 and HEVC, whose decoders drop by each frame's own reference flag
+  (SKIP_NONREF_CODECS); AV1's decoder (libdav1d) then never outputs some needed
+  frames, so every other codec decodes every packet;
+- it keeps the needed frames as decoded (YUV) and shows them as ffmpeg does at the end
+  (:mod:`clipflow.data.display`): turned upright by the display matrix, converted by
+  ffmpeg's ``scale`` filter (bicubic) to RGB at the requested size, with the stream's
+  colour range and matrix; converting while decoding slows the decoder through the cache.
 
 decord (``VideoReader(...).get_batch``) is kept as the other choice: it was GluonCV's
-reader. On 340x256 H.264 clips of 64 frames it measured 35 to 53 ms a clip, against
+reader. It shows frames as ffmpeg does at their displayed size (turned, same colours: equal
+on every form of the test zoo), but its RGB frames are resized afterwards, so at another
+size its pictures differ a little from this reader's (which resize in YUV, as ffmpeg).
+On 340x256 H.264 clips of 64 frames it measured 35 to 53 ms a clip, against
 31 to 35 for this one (bench/loader.py has the loader's figures with each). decord
 decodes at the video's stored size and :func:`resize_rgb` resizes its RGB frames:
 decord2 3.4.0's own resize (``VideoReader(width=, height=)``) is wrong on some CPUs (on
@@ -42,6 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
+from clipflow.data.display import Look, TurnError, display_for
 from clipflow.errors import ClipflowError
 
 DECODERS = ("pyav", "decord")
@@ -141,6 +147,7 @@ class FrameTable:
         return self.keys[at - 1] if at else 0
 
 
+SKIP_NONREF_CODECS = ("h264", "hevc")  # decoders whose skip_frame NONREF drops only frames nothing refers to
 SEEK_AFTER = 16  # frames: seek only when that skips at least this many (a keyframe interval at GluonCV's settings)
 
 
@@ -164,6 +171,7 @@ class PyAVReader:
         self.container = open_video(path)
         self.stream = self.container.streams.video[0]
         self.stream.thread_count = 1
+        self.skips = self.stream.codec_context.name in SKIP_NONREF_CODECS
         self.table = FrameTable.demux(self.container, self.stream)
         self.frames_decoded = 0  # frames the decoder output, needed or not
 
@@ -201,7 +209,7 @@ class PyAVReader:
         out: dict[int, object] = {}
         skipping = False
         for packet in self.container.demux(self.stream):
-            if skipping == (packet.pts in wanted):  # set only on a change: the setter parses its string
+            if self.skips and skipping == (packet.pts in wanted):  # set only on a change: the setter parses a string
                 skipping = not skipping
                 codec.skip_frame = "NONREF" if skipping else "DEFAULT"
             for frame in codec.decode(packet):
@@ -215,14 +223,10 @@ class PyAVReader:
         return out
 
     def _to_rgb(self, frames: list) -> np.ndarray:
-        from av.video.reformatter import VideoReformatter
-
-        reformatter = VideoReformatter()
+        display = display_for(Look(self.width, self.height))
         rgb = np.empty((len(frames), self.height, self.width, 3), np.uint8)
         for i, frame in enumerate(frames):
-            rgb[i] = reformatter.reformat(
-                frame, width=self.width, height=self.height, format="rgb24", interpolation="BICUBIC"
-            ).to_ndarray()
+            rgb[i] = display(frame).to_ndarray()
         return rgb
 
 
@@ -269,7 +273,7 @@ def read_frames(path: Path, indices: list[int], width: int, height: int, decoder
             return reader.get(indices)
         finally:
             reader.close()
-    except VideoFileError as exc:
+    except (VideoFileError, TurnError) as exc:
         raise ClipflowError(str(exc)) from None
     except (av.FFmpegError, OSError) as exc:
         raise ClipflowError(damaged(exc)) from None

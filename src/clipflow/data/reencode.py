@@ -5,9 +5,17 @@ rates and long keyframe distances make random clip access slow. Re-encoding once
 a short side of 256 (or GluonCV's fixed 340x256), 30 frames per second and H.264
 with a keyframe every 16 frames makes every clip cheap to seek to and decode.
 
-Frame rate conversion follows ffmpeg's fps filter: output frame k shows the input
-frame whose timestamp is the latest one at or before k / fps, so frames are repeated
-when the source is slower and dropped when it is faster, and the duration is kept.
+Frame rate conversion is ffmpeg's ``fps`` filter: each input frame's time is rounded to
+the nearest output slot (k / fps, halves up), and output frame k shows the last input
+frame whose slot is at or before k, so frames are repeated when the source is slower and
+dropped when it is faster, and the duration is kept. Rounding to the nearest slot, not
+up, matters for timestamps in milliseconds (MKV, WebM: 30 fps is 0, 33, 67, 100 ms):
+rounded up, 67 ms x 30 = 2.01 takes slot 3, and a third of the frames were dropped.
+
+Each frame is shown as ffmpeg shows it (:mod:`clipflow.data.display`) and written so:
+a display matrix's turn goes into the pixels (the output has none), and the colours keep
+their look: limited range, the source's matrix if it is BT.709 and BT.601 otherwise,
+tagged on the output, so a full-range phone or MJPEG video is not brightened.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import av
 from av.video.frame import PictureType
 from tqdm import tqdm
 
+from clipflow.data.display import Display, Look, shown_size
 from clipflow.data.reader import open_video
 from clipflow.environment import read_env
 from clipflow.errors import ClipflowError
@@ -50,8 +59,10 @@ X264_PRESETS = (
     "veryslow",
     "placebo",
 )
+BT709, SMPTE170M, LIMITED = 1, 6, 1  # FFmpeg's AVColorSpace and AVColorRange values
 JOURNAL = "reencode.jsonl"  # in dst_root: one JSON line per finished output, the last line for a path wins
 RECORD_KEYS = {"dst", "spec", "frames", "size"}
+VERSION = 2  # of how outputs are made: 2 picks ffmpeg's fps frames, turns and keeps the colours (1: no record)
 
 
 @dataclass(frozen=True)
@@ -134,22 +145,31 @@ def _frame_duration(frame: av.VideoFrame, step: Fraction) -> Fraction:
     return step
 
 
-def _timed_frames(container: av.container.InputContainer) -> Iterator[tuple[av.VideoFrame, Fraction]]:
-    """(frame, end) for every decoded frame of the first video stream in order, where end is the time in
-    seconds, from the first frame, at which the next frame replaces it; the last one lasts its own duration."""
+def _timed_frames(container: av.container.InputContainer) -> Iterator[tuple[av.VideoFrame, Fraction, Fraction]]:
+    """(frame, start, end) for every decoded frame of the first video stream in order: the times in seconds at
+    which it is shown and at which the next frame replaces it; the last one lasts its own duration."""
     stream = container.streams.video[0]
     step = 1 / Fraction(stream.average_rate or stream.guessed_rate or 25)
     pending: av.VideoFrame | None = None
-    origin = previous = None
+    previous = None
     for frame in container.decode(stream):
         t = _frame_time(frame, previous, step)
-        if pending is None:
-            origin = t
-        else:
-            yield pending, t - origin
+        if pending is not None:
+            yield pending, previous, t
         pending, previous = frame, t
     if pending is not None:
-        yield pending, previous - origin + _frame_duration(pending, step)
+        yield pending, previous, previous + _frame_duration(pending, step)
+
+
+def output_slot(seconds: Fraction, rate: Fraction) -> int:
+    """The output frame a time falls on, as ffmpeg's fps filter rounds it: to the nearest, halves up."""
+    return math.floor(seconds * rate + Fraction(1, 2))
+
+
+def output_look(frame: av.VideoFrame, width: int, height: int) -> Look:
+    """yuv420p at width x height in limited range, with the matrix of ``frame`` if it is BT.709, else BT.601."""
+    matrix = "bt709" if frame.colorspace == BT709 else "bt601"
+    return Look(width, height, "yuv420p", f"out_range=tv:out_color_matrix={matrix}")
 
 
 def _open_input(src: Path) -> av.container.InputContainer:
@@ -160,7 +180,7 @@ def _open_input(src: Path) -> av.container.InputContainer:
 
 
 def _add_video_stream(
-    out: av.container.OutputContainer, spec: ReencodeSpec, width: int, height: int, threads: int
+    out: av.container.OutputContainer, spec: ReencodeSpec, width: int, height: int, threads: int, bt709: bool
 ) -> av.VideoStream:
     """H.264 yuv420p stream with a keyframe exactly every spec.keyframe_interval frames.
 
@@ -174,6 +194,8 @@ def _add_video_stream(
     stream.pix_fmt = "yuv420p"
     stream.codec_context.gop_size = spec.keyframe_interval
     stream.codec_context.thread_count = threads
+    stream.codec_context.color_range = LIMITED
+    stream.codec_context.colorspace = BT709 if bt709 else SMPTE170M  # SMPTE 170M: BT.601's matrix
     interval = str(spec.keyframe_interval)
     stream.options = {
         "crf": str(spec.crf),
@@ -194,18 +216,19 @@ def _encode(src: Path, tmp: Path, spec: ReencodeSpec, threads: int) -> tuple[int
         source.streams.video[0].thread_type = "AUTO"
         source.streams.video[0].codec_context.thread_count = threads
         expected = source.streams.video[0].frames  # from the container's index; 0 when it has none
-        stream = None
-        for frame, end in _timed_frames(source):
+        stream = display = None
+        for frame, start, end in _timed_frames(source):
             decoded += 1
             if stream is None:
-                width, height = spec.output_size(frame.width, frame.height)
-                stream = _add_video_stream(out, spec, width, height, threads)
-            # output frame k shows this frame while k / fps < end; the frame before ended where this
-            # one starts, so the first such k is the next one to write
-            last = math.ceil(end * rate)
+                first = output_slot(start, rate)
+                width, height = spec.output_size(*shown_size(frame))
+                stream = _add_video_stream(out, spec, width, height, threads, frame.colorspace == BT709)
+                display = Display(output_look(frame, width, height))
+            # this frame fills the output slots from its own to the next frame's (ffmpeg's fps filter)
+            last = output_slot(end, rate) - first
             if written >= last:
-                continue  # dropped: no output time falls in this frame's span
-            picture = frame.reformat(width, height, format="yuv420p", interpolation="BICUBIC")
+                continue  # dropped: the next frame takes the slot this one rounds to
+            picture = display(frame)
             picture.time_base = time_base
             # a decoded frame keeps its source picture type, and libx264 turns a source I frame into a
             # forced keyframe; clearing it leaves keyframe placement to the interval alone
@@ -250,11 +273,38 @@ def _output_rel(path: str) -> PurePosixPath:
     return rel.with_suffix(".mp4")
 
 
+def output_names(paths: Iterable[str]) -> dict[str, PurePosixPath]:
+    """Each input path's output, relative to dst_root: the path with extension .mp4, or, where inputs of one
+    folder share a stem (``a.mkv`` and ``a.mp4``), the path with ``.mp4`` added (``a.mkv.mp4``) for each of them
+    that is not an .mp4, so no output is made from two inputs. A path that is not relative is left out (its job
+    fails with the reason)."""
+    by_output: dict[PurePosixPath, set[str]] = {}
+    for path in paths:
+        try:
+            by_output.setdefault(_output_rel(path), set()).add(path)
+        except ValueError:
+            continue
+    names = {}
+    for rel, sources in by_output.items():
+        for path in sources:
+            kept_apart = len(sources) > 1 and PurePosixPath(Path(path).as_posix()).suffix != ".mp4"
+            names[path] = PurePosixPath(Path(path).as_posix() + ".mp4") if kept_apart else rel
+    return names
+
+
+def failure_of(root: str | Path, path: str) -> str | None:
+    """Why the re-encode whose outputs are under ``root`` made no ``path`` (relative to root), from its journal;
+    None when it records no failure there (or ``root`` is no re-encode's)."""
+    record = _read_journal(Path(root)).get(PurePosixPath(Path(path).as_posix()).as_posix())
+    return record.get("error") if record else None
+
+
 def _read_journal(dst_root: Path) -> dict[str, dict]:
-    """{output path: record} from the journal; lines cut short by a killed run are ignored."""
+    """{output path: record} from the journal, an output made or the reason it failed ("error"); lines cut
+    short by a killed run are ignored."""
     records: dict[str, dict] = {}
     for _, record in journal_lines(dst_root / JOURNAL):
-        if record is not None and RECORD_KEYS <= record.keys():
+        if record is not None and (RECORD_KEYS <= record.keys() or {"dst", "error"} <= record.keys()):
             records[record["dst"]] = record
     return records
 
@@ -265,8 +315,10 @@ def _write_journal(dst_root: Path, records: dict[str, dict]) -> None:
 
 
 def _is_up_to_date(src: Path, dst: Path, record: dict | None, spec: ReencodeSpec) -> bool:
-    """dst exists, is not older than src and was made with this spec."""
-    if record is None or record.get("spec") != asdict(spec) or not dst.exists() or not src.exists():
+    """dst exists, is not older than src and was made with this spec by this VERSION of the re-encode."""
+    if record is None or record.get("version") != VERSION or record.get("spec") != asdict(spec):
+        return False
+    if not dst.exists() or not src.exists():
         return False
     return dst.stat().st_mtime_ns >= src.stat().st_mtime_ns
 
@@ -286,18 +338,22 @@ def reencode_tree(
     dst_root: str | Path,
     spec: ReencodeSpec,
     workers: int = 1,
+    names: dict[str, PurePosixPath] | None = None,
 ) -> list[ReencodeResult]:
-    """Re-encodes every entry under src_root to the same relative path under dst_root, extension .mp4.
+    """Re-encodes every entry under src_root to the same relative path under dst_root, extension .mp4 (or
+    ``names``, from :func:`output_names` of all the inputs the folder takes: same stems kept apart).
 
     entries are relative paths (str or Path) or objects with a `.path`, like VideoEntry. Results
     come in entry order. An output that exists, is not older than its input and was made with
     the same spec (recorded in dst_root/reencode.jsonl) is skipped, so a rerun only does what is
     missing or stale. A failing input is reported in its result and never stops the others; an
-    earlier output of an input that is there but fails now is removed, so a stale output never stays.
+    earlier output of an input that is there but fails now is removed, so a stale output never stays, and
+    the journal keeps why it failed (:func:`failure_of`, which the scan reports).
     """
     src_root, dst_root = Path(src_root), Path(dst_root)
     entries = list(entries)
-    check_out_root([entries], dst_root)
+    names = names if names is not None else output_names(str(getattr(e, "path", e)) for e in entries)
+    check_out_root([entries], dst_root, names)
     dst_root.mkdir(parents=True, exist_ok=True)
     journal = _read_journal(dst_root)
     results: list[ReencodeResult | None] = []
@@ -308,7 +364,7 @@ def reencode_tree(
         path = str(getattr(entry, "path", entry))
         src = src_root / path
         try:
-            rel = _output_rel(path)
+            rel = names[path] if path in names else _output_rel(path)
         except ValueError as exc:
             results.append(ReencodeResult(str(src), "", "failed", error=str(exc)))
             continue
@@ -328,7 +384,7 @@ def reencode_tree(
     return results
 
 
-def check_out_root(entry_lists: Iterable[Iterable[object]], dst_root: Path) -> None:
+def check_out_root(entry_lists: Iterable[Iterable[object]], dst_root: Path, names: dict[str, PurePosixPath]) -> None:
     """Before anything is encoded: a ``dst_root`` that is not a re-encode's own folder (no :data:`JOURNAL` in it)
     must hold no file at a path an output would take, since an output replaces what is there. The journal is
     opened before the first output is renamed into place, so every folder this stage wrote to holds one."""
@@ -337,10 +393,10 @@ def check_out_root(entry_lists: Iterable[Iterable[object]], dst_root: Path) -> N
     taken = []
     for entries in entry_lists:
         for entry in entries:
-            try:
-                dst = dst_root / _output_rel(str(getattr(entry, "path", entry)))
-            except ValueError:
+            path = str(getattr(entry, "path", entry))
+            if path not in names:
                 continue  # failed in its result, never written
+            dst = dst_root / names[path]
             if dst.exists() or dst.is_symlink():
                 taken.append(dst)
     if taken:
@@ -384,8 +440,12 @@ def _run_jobs(
             rel = Path(result.dst).relative_to(dst_root).as_posix()
             if result.status != "done":
                 _drop_stale_output(Path(result.src), Path(result.dst), rel, journal)
+                if not Path(result.dst).exists():  # why there is no output, for the scan (failure_of)
+                    journal[rel] = {"version": VERSION, "dst": rel, "error": result.error}
+                    append_record(log, journal[rel])
             else:
                 record = {
+                    "version": VERSION,
                     "dst": rel,
                     "spec": asdict(spec),
                     "frames": result.frames,
@@ -432,12 +492,13 @@ def reencode_lists(lists: list[str | Path], root: str | Path, out_root: str | Pa
     check_output_dir(out_root, "--out-root")
     _check_out_lists(lists, out_lists)
     read = [(path, read_list(path)) for path in lists]
-    check_out_root([entries for _, entries in read], out_root)
+    names = output_names(e.path for _, entries in read for e in entries)
+    check_out_root([entries for _, entries in read], out_root, names)
     shape = f"{spec.width}x{spec.height}" if spec.width else f"short side {spec.short_side}"
     log(f"re-encoding to {shape}, {spec.fps} fps, a keyframe every {spec.keyframe_interval} frames, no audio")
     nothing_from = []
     for i, (path, entries) in enumerate(read):
-        results = reencode_tree(entries, root, out_root, spec, workers=workers)
+        results = reencode_tree(entries, root, out_root, spec, workers=workers, names=names)
         count = Counter(r.status for r in results)
         log(f"{path}: {count['done']} re-encoded, {count['skipped']} skipped (up to date in "
             f"{out_root / JOURNAL}), {count['failed']} failed, of {len(entries)}")  # fmt: skip

@@ -1,7 +1,10 @@
-"""Decode every video once with decord: count its frames and find the broken ones.
+"""Decode every video once with the loader's decoder: count its frames and find the broken ones.
 
-The scan keeps the videos that decode from first to last frame and lists every
-other one with its reason in the manifest, so one bad file never stops a data set.
+The scan opens each video with the reader training will use (``data.decoder``: PyAV or
+decord), so what it keeps can be read at any frame a clip asks for. It keeps the videos
+that decode from first to last frame and lists every other one with its reason in the
+manifest, so one bad file never stops a data set. The size it records is the displayed
+one (a phone's portrait video turned upright, as ffmpeg and both readers show it).
 With a journal, each probed video's result is appended to a JSON-lines file as soon
 as it is known, so a scan that is killed resumes without decoding those videos again.
 Each kept video's size, modification time and sha256 go to ``videos.json`` beside the
@@ -23,8 +26,9 @@ from typing import IO
 from tqdm import tqdm
 
 from clipflow.checksums import sha256_of
+from clipflow.data.display import shown_size
 from clipflow.data.listfile import VideoEntry, list_text
-from clipflow.data.reader import VideoFileError, open_with_decord
+from clipflow.data.reader import FrameTable, VideoFileError, open_video, open_with_decord
 from clipflow.environment import read_env
 from clipflow.errors import ClipflowError
 from clipflow.files import append_record, check_output_dir, journal_lines
@@ -60,10 +64,45 @@ class ScanResult:
     from_journal: bool = field(default=False, compare=False)  # taken from the journal instead of decoded
 
 
-def probe(path: Path) -> tuple[int, float, int, int]:
-    """(frames, fps, width, height) after decoding every frame; raises ValueError with the reason in the user's
-    words when it cannot (:func:`clipflow.data.reader.open_with_decord`: decord's own error text never becomes
-    the reason)."""
+def probe(path: Path, decoder: str = "pyav") -> tuple[int, float, int, int]:
+    """(frames, fps, width, height as displayed) after decoding every frame with ``decoder``; raises ValueError
+    with the reason in the user's words when it cannot (:func:`clipflow.data.reader.open_video`: a decoder's own
+    error text never becomes the reason)."""
+    return _probe_with_pyav(path) if decoder == "pyav" else _probe_with_decord(path)
+
+
+def _probe_with_pyav(path: Path) -> tuple[int, float, int, int]:
+    """probe() with the PyAV reader's numbering (:class:`clipflow.data.reader.FrameTable`): every frame it lists
+    must come out of the decoder, as the reader asks for them by their timestamps."""
+    import av
+
+    with open_video(path) as container:
+        stream = container.streams.video[0]
+        listed, table = stream.frames, FrameTable.demux(container, stream)
+    total = len(table.pts)
+    if total == 0:
+        raise VideoFileError("no video frames")
+    decoded: set[int] = set()
+    size = None
+    with open_video(path) as container:
+        stream = container.streams.video[0]
+        stream.thread_count = 1
+        try:
+            for frame in container.decode(stream):
+                if size is None:
+                    size = shown_size(frame)
+                decoded.add(frame.pts)
+        except av.FFmpegError:
+            raise VideoFileError(_decoding_failed(len(decoded), total, listed)) from None
+        rate = stream.average_rate or stream.guessed_rate
+    missing = [i for i, pts in enumerate(table.pts) if pts not in decoded]
+    if missing or size is None:
+        raise VideoFileError(_decoding_failed(missing[0] if missing else 0, total, listed))
+    return total, float(rate or 0.0), *size
+
+
+def _probe_with_decord(path: Path) -> tuple[int, float, int, int]:
+    """probe() with decord, which shows frames turned upright, as ffmpeg does."""
     reader, listed = open_with_decord(path, num_threads=1)
     total = len(reader)
     if total == 0:
@@ -85,17 +124,27 @@ def _decoding_failed(start: int, total: int, listed: int) -> str:
     return f"damaged: decoding failed at frame {start} of {total}"
 
 
-def _probe_entry(entry: VideoEntry, root: str) -> ScanResult:
+def _probe_entry(entry: VideoEntry, root: str, decoder: str) -> ScanResult:
     """Decodes and hashes one video (in a worker process); a broken video becomes a result with its reason."""
     result = ScanResult(entry.path, entry.label, entry.line)
     try:
         path = entry.resolve(root)
-        result.num_frames, result.fps, result.width, result.height = probe(path)
+        result.num_frames, result.fps, result.width, result.height = probe(path, decoder)
         result.sha256 = sha256_of(path)
     except (OSError, ValueError) as exc:
-        result.error = str(exc)
+        result.error = _left_out_by_the_reencode(root, entry) or str(exc)
     result.duration = result.num_frames / result.fps if result.fps > 0 else 0.0
     return result
+
+
+def _left_out_by_the_reencode(root: str, entry: VideoEntry) -> str | None:
+    """The reason a re-encode under ``root`` gave for not making ``entry``'s video, when it is not there."""
+    from clipflow.data.reencode import failure_of
+
+    if entry.resolve(root).exists():
+        return None
+    reason = failure_of(root, entry.path)
+    return f"re-encoding failed: {reason}" if reason else None
 
 
 def _file_stamp(path: Path) -> Stamp:
@@ -107,8 +156,8 @@ def _file_stamp(path: Path) -> Stamp:
     return st.st_size, st.st_mtime_ns
 
 
-def _journal_key(path: str, label: int, stamp: Stamp) -> tuple:
-    return path, label, stamp
+def _journal_key(path: str, label: int, stamp: Stamp, decoder: str) -> tuple:
+    return path, label, stamp, decoder
 
 
 def _read_journal(journal: Path) -> dict[tuple, dict]:
@@ -117,15 +166,15 @@ def _read_journal(journal: Path) -> dict[tuple, dict]:
     A last line without its newline was torn by a killed scan: it is ignored and cut
     off, so that the next append starts on a line of its own. Any other unreadable
     line is an error, since the journal was then damaged some other way. A line of an
-    earlier clipflow, which kept no sha256, counts as not probed: that video is decoded
-    and hashed again.
+    earlier clipflow, which kept no sha256 or no decoder, counts as not probed: that video
+    is decoded and hashed again.
     """
     known: dict[tuple, dict] = {}
     for number, record in journal_lines(journal):
         try:
             stamp = None if record["size"] is None else (record["size"], record["mtime_ns"])
-            key = _journal_key(record["path"], record["label"], stamp)
-            if "sha256" not in record:
+            key = _journal_key(record["path"], record["label"], stamp, record.get("decoder"))
+            if "sha256" not in record or "decoder" not in record:
                 known.pop(key, None)
                 continue
             known[key] = {k: record[k] for k in MEASURED}
@@ -136,10 +185,10 @@ def _read_journal(journal: Path) -> dict[tuple, dict]:
     return known
 
 
-def _append_journal(log: IO[str], result: ScanResult, stamp: Stamp) -> None:
-    """Appends one probed result with the file's stamp."""
+def _append_journal(log: IO[str], result: ScanResult, stamp: Stamp, decoder: str) -> None:
+    """Appends one probed result with the file's stamp and the decoder that probed it."""
     size, mtime_ns = stamp if stamp is not None else (None, None)
-    record = {"path": result.path, "label": result.label, "size": size, "mtime_ns": mtime_ns}
+    record = {"path": result.path, "label": result.label, "size": size, "mtime_ns": mtime_ns, "decoder": decoder}
     append_record(log, {**record, **{k: getattr(result, k) for k in MEASURED}})
 
 
@@ -157,13 +206,14 @@ def scan(
     workers: int = 1,
     desc: str = "scan",
     journal: str | Path | None = None,
+    decoder: str = "pyav",
 ) -> list[ScanResult]:
-    """Scans entries in parallel processes; results come in list order.
+    """Scans entries in parallel processes, decoding with ``decoder`` (the loader's); results come in list order.
 
     Duplicated paths are failures without decoding. Labels are the list reader's to check
     (read_list with num_classes): a label that is no class index is an error in the list,
     not a video that failed. With a journal, every probed result is appended to it as soon as it is known, and results
-    it already holds for an unchanged file (same path, label, size and mtime) are
+    it already holds for an unchanged file (same path, label, size, mtime and decoder) are
     reused (marked from_journal) instead of decoding the video again.
     """
     journal = Path(journal) if journal is not None else None
@@ -177,21 +227,21 @@ def scan(
             continue
         seen.add(e.path)
         stamp = _file_stamp(e.resolve(root))
-        measured = known.get(_journal_key(e.path, e.label, stamp))
+        measured = known.get(_journal_key(e.path, e.label, stamp, decoder))
         if measured is not None:
             results[i] = _stamped(ScanResult(e.path, e.label, e.line, **measured, from_journal=True), stamp)
         else:
             todo.append((i, e, stamp))
     disable = read_env().no_progress
     with _open_journal(journal) as log, ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
-        pending = {pool.submit(_probe_entry, e, str(root)): (i, stamp) for i, e, stamp in todo}
+        pending = {pool.submit(_probe_entry, e, str(root), decoder): (i, stamp) for i, e, stamp in todo}
         for future in tqdm(
             as_completed(pending), total=len(entries), initial=len(entries) - len(todo), desc=desc, disable=disable
         ):
             i, stamp = pending[future]
             results[i] = _stamped(future.result(), stamp)
             if log is not None:
-                _append_journal(log, results[i], stamp)
+                _append_journal(log, results[i], stamp, decoder)
     return results
 
 
@@ -310,6 +360,7 @@ def scan_lists(
     out_dir: str | Path,
     workers: int = 2,
     log=print,
+    decoder: str = "pyav",
 ) -> dict:
     """Both lists scanned (each resumable from its journal in ``out_dir``), the index, the manifest and the
     kept videos' records (``videos.json``) written there; logs the counts and each video left out. Raises
@@ -333,7 +384,7 @@ def scan_lists(
     for split, entries in lists.items():
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         journal = Made(out_dir, "--out-dir").journal(journal_name(split))  # an interrupted scan resumes from it
-        results[split] = scan(entries, root, workers=workers, desc=f"scan {split}", journal=journal)
+        results[split] = scan(entries, root, workers=workers, desc=f"scan {split}", journal=journal, decoder=decoder)
     manifest = write_index(results, out_dir, classes, root)
     for split, info in manifest["splits"].items():
         log(f"{split}: {info['videos']} videos kept, {info['failed']} failed")
