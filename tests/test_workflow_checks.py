@@ -37,6 +37,7 @@ def workflow(tmp_path_factory):
         ("cluster={link_check_s: 0}", ["cluster.link_check_s", "0", "at most 5"]),
         ("cluster={link_check_s: 60}", ["cluster.link_check_s", "60", "at most 5"]),
         ("data={synthetic: {min_frames: 90, max_frames: 60}}", ["data.synthetic.min_frames 90", "max_frames 60"]),
+        ("data={short_videos: drop}", ["data.short_videos", "drop", "keep", "leave_out"]),
         ("cluster={launcher: ssh, hosts: [localhost, node2]}", ["cluster.hosts", "localhost", "loopback", "node2"]),
     ],
     ids=lambda value: value if isinstance(value, str) else "",

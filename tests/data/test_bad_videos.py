@@ -98,3 +98,22 @@ def test_the_scan_of_a_reencoded_tree_gives_each_left_out_videos_own_reason(vide
     left_out = {f["path"]: f["error"] for f in manifest["failures"] if f["split"] == "train"}
     outputs = {name: str(Path(name).with_suffix(".mp4")) for name in reasons if not Path(name).is_absolute()}
     assert left_out == {outputs[name]: f"re-encoding failed: {reasons[name]}" for name in outputs}
+
+
+def test_a_video_replaced_after_the_scan_is_named_as_changed_not_out_of_range(video_root, tmp_path: Path) -> None:
+    """The index says 24 frames; the file now holds 6 (replaced by a shorter cut). A clip past frame 6 cannot be
+    read, and the loader says the video changed since the scan, not "frame 12 is out of range"."""
+    root, _ = video_root
+    (tmp_path / "short.mp4").write_bytes((root / "good.mp4").read_bytes())
+    listed = tmp_path / "val.lst"
+    listed.write_text(f"short.mp4 {FRAMES} 0\n")
+    dataset = build_dataset(load_recipe("slowfast_tiny_synthetic"), listed, tmp_path, "val", 0)
+    assert dataset[0][2] == 0  # as scanned, it reads
+    write_video(tmp_path / "short.mp4", np.zeros((6, 48, 64, 3), np.uint8), 25, 8)
+    with pytest.raises(ClipflowError) as error:
+        dataset[0]
+    assert str(error.value) == (
+        f"{tmp_path / 'short.mp4'} (listed in {listed} line 1) changed since the scan: the index lists {FRAMES} "
+        "frames, the file now holds 6; rerun the workflow (a changed video reruns the data stage) or "
+        "`snakemake --forcerun data_scan`"
+    )

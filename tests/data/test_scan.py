@@ -13,7 +13,7 @@ import pytest
 from helpers import python_env
 
 from clipflow.data.listfile import VideoEntry, write_list
-from clipflow.data.scan import scan
+from clipflow.data.scan import ShortVideos, scan, scan_lists
 from clipflow.data.synthetic import write_video
 from clipflow.errors import ClipflowError
 
@@ -164,3 +164,33 @@ def test_missing_file_is_journalled_and_a_damaged_line_named(tmp_path):
     journal.write_text('{"path": "v0.mp4"}\n' + journal.read_text(encoding="utf-8"), encoding="utf-8")
     with pytest.raises(ClipflowError, match=r"scan.journal line 1: not a scan journal record"):
         scan(entries, root, journal=journal)
+
+
+@pytest.mark.parametrize("leave_out", [False, True])
+def test_videos_shorter_than_a_clip_are_counted_and_kept_or_left_out_with_the_reason(tmp_path, leave_out):
+    """A 1-frame and a 6-frame video under clips spanning 16 frames: kept by default, counted in the manifest and
+    said in the log; left out with the reason under data.short_videos: leave_out. A 16-frame video is not short."""
+    root = tmp_path / "videos"
+    root.mkdir()
+    for name, frames in (("one.mp4", 1), ("six.mp4", 6), ("span.mp4", 16), ("long.mp4", 40)):
+        make_video(root / name, frames, seed=frames)
+    (tmp_path / "train.txt").write_text("one.mp4 0\nsix.mp4 1\nspan.mp4 0\nlong.mp4 1\n")
+    (tmp_path / "val.txt").write_text("long.mp4 0\n")
+    said = []
+    manifest = scan_lists(tmp_path / "train.txt", tmp_path / "val.txt", root, 2, None, tmp_path / "index", 1,
+                          log=said.append, short_videos=ShortVideos(16, leave_out))  # fmt: skip
+    train = manifest["splits"]["train"]
+    assert (manifest["clip_span"], train["shorter_than_clip"], manifest["splits"]["val"]["shorter_than_clip"]) == (
+        16, 2, 0
+    )  # fmt: skip
+    failures = [(f["path"], f["error"]) for f in manifest["failures"]]
+    if leave_out:
+        assert train["videos"] == 2 and failures == [
+            (name, f"shorter than a clip: {n} frames, a clip's window spans 16 (data.short_videos: leave_out)")
+            for name, n in (("one.mp4", 1), ("six.mp4", 6))
+        ]  # fmt: skip
+        assert not any("repeat frames" in line for line in said)
+    else:
+        assert train["videos"] == 4 and failures == []
+        assert "train: 2 kept videos are shorter than a clip's window of 16 frames: their clips repeat frames " \
+               "(data.short_videos: leave_out leaves them out)" in said  # fmt: skip

@@ -61,9 +61,10 @@ def write_run(results: Path, name: str, workers: int, speeds: list[float], recip
             + [{"role": "worker", "rank": r, "host": "localhost"} for r in range(workers)]}  # fmt: skip
     (run / "cluster/plan.json").write_text(json.dumps(plan))
     manifest = {"splits": {"train": {"videos": 24, "failed": 1, "per_class": {"0": 6}, "frames_min": 24,
-                                     "frames_max": 40, "sizes": ["84x64"]},
+                                     "frames_max": 40, "sizes": ["84x64"], "shorter_than_clip": 3},
                            "val": {"videos": 12, "failed": 0, "per_class": {"0": 3}}},
-                "failures": [{"path": "videos/train/broken.mp4", "error": "no video stream"}]}  # fmt: skip
+                "failures": [{"path": "videos/train/broken.mp4", "error": "no video stream"}], "clip_span": 32,
+                "short_videos": "keep"}  # fmt: skip
     (run / "manifest.json").write_text(json.dumps(manifest))
     return run
 
@@ -132,6 +133,7 @@ def test_the_page_has_every_table_and_every_figure_non_empty(report):
                     "Left out (1)"):  # fmt: skip
         assert f">{heading}" in page, heading
     assert "video top-1 <b>75.00%</b>" in page and "+2.50 points" in page  # the summary line against the first
+    assert "3 train videos are shorter than a clip's window of 32 frames (kept: their clips repeat frames" in page
     assert "<td>top-1</td><td>75.00</td><td>72.50</td><td>+2.50</td><td>a paper, table 3</td>" in page
     assert "<td>top-1</td><td>75.00</td><td>76.00</td><td>-1.00</td><td>a model zoo</td>" in page
     assert "<td>70.00 / 98.00</td>" in page  # clip level

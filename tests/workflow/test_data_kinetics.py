@@ -4,13 +4,14 @@ the re-encode, up to the scan's manifest; and a kinetics config without its CSVs
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from helpers import copy_workflow, python_env
-from kinetics_helpers import CLASSES, FRAMES, TRAIN_LIST, VAL_LIST, make_kinetics_tree
+from kinetics_helpers import CLASSES, FRAMES, TRAIN_LIST, VAL_LIST, make_kinetics_tree, write_video
 
 pytestmark = pytest.mark.workflow
 
@@ -128,3 +129,47 @@ def test_list_source_reencoded_to_a_fixed_size_up_to_the_manifest(workdir, tree,
     }
     train = (workdir / "results/data/l/index/train.lst").read_text(encoding="utf-8").splitlines()
     assert train == gluoncv  # the same frame count: 25 fps in and out
+
+
+def planned(done: subprocess.CompletedProcess) -> set[str]:
+    """The rules a dry run lists."""
+    return set(re.findall(r"^rule (\w+):", done.stdout, re.MULTILINE))
+
+
+def test_a_video_replaced_added_or_removed_reruns_the_scan_and_what_follows(workdir, tmp_path):
+    """After the data stage and the splits ran, the dry run plans nothing; each change to the video folder makes it
+    plan the scan and the splits (not the lists, which did not change), and the real run rescans."""
+    tree = {k: str(v) for k, v in make_kinetics_tree(tmp_path / "kinetics").items()}
+    root = Path(tree["root"])
+    config = kinetics_config(tree, "results/data/changes")
+    config["run"] = "changes"
+    config["overrides"]["train"] = {"batch_size": 1}  # 4 training videos over 2 workers
+    index = workdir / "results/data/changes/index"
+
+    def frames_listed() -> dict[str, int]:
+        lines = (index / "train.lst").read_text(encoding="utf-8").splitlines()
+        return {line.rsplit(" ", 2)[0]: int(line.rsplit(" ", 2)[1]) for line in lines}
+
+    done = snakemake(workdir, config, "splits")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert planned(snakemake(workdir, config, "splits", "-n")) == set()
+    first, missing = paths(TRAIN_LIST)[0], paths(TRAIN_LIST)[4]
+    assert frames_listed()[first] == FRAMES and missing not in frames_listed()
+
+    write_video(root / first, frames=FRAMES // 2)  # replaced: another cut of it
+    assert planned(snakemake(workdir, config, "splits", "-n")) == {"data_scan", "splits"}
+    assert snakemake(workdir, config, "splits").returncode == 0
+    assert frames_listed()[first] == FRAMES // 2
+
+    write_video(root / missing)  # added: train.csv's video that was not on disk
+    assert planned(snakemake(workdir, config, "splits", "-n")) == {"data_scan", "splits"}
+    assert snakemake(workdir, config, "splits").returncode == 0
+    assert frames_listed()[missing] == FRAMES
+
+    (root / first).unlink()  # removed
+    assert planned(snakemake(workdir, config, "splits", "-n")) == {"data_scan", "splits"}
+    assert snakemake(workdir, config, "splits").returncode == 0
+    assert first not in frames_listed()
+    manifest = json.loads((index / "manifest.json").read_text())
+    assert [(f["path"], f["error"]) for f in manifest["failures"]] == [(first, "file not found")]
+    assert planned(snakemake(workdir, config, "splits", "-n")) == set()

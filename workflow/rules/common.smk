@@ -80,6 +80,7 @@ if REENCODE["enabled"]:
         raise WorkflowError(f"clipflow: data.reencode: {exc}")
 # the folder the scanned lists' paths are relative to, which train and evaluate read the videos from
 DATA_ROOT = REENCODED if REENCODE["enabled"] else SOURCE_ROOT
+CLIP_SPAN = RECIPE["data"].get("new_length", 0) * RECIPE["data"].get("new_step", 1)  # a clip's window; 0: images
 TRAIN = config["train"]
 if TRAIN["backend"] == "ddp":
     _ps_only = [
@@ -232,6 +233,15 @@ def data_root(wildcards):
 def source_root(wildcards):
     """The folder the source's list paths are relative to."""
     return SOURCE_ROOT
+
+
+def user_videos_stamp(wildcards):
+    """A param function: the digest of the user's video folder (clipflow.data.stamps), so that a video replaced,
+    added or removed reruns the first rule that reads the videos, and what follows; "" for the videos the
+    workflow makes itself (data.source: synthetic), which are a rule's output."""
+    from clipflow.data.stamps import folder_stamp
+
+    return folder_stamp(SOURCE_ROOT, leave_out=DATA_DIR) if SOURCE in ("list", "kinetics") else ""
 
 
 def folder_of(name):

@@ -1,7 +1,9 @@
 # Stage 2, data: generate the synthetic set (embedded default), take the user's lists, or make
 # lists from Kinetics annotation CSVs; optionally re-encode every video (data.reencode); then
-# decode every video once with decord: list files with frame counts, a manifest, and each kept
-# video's size, mtime and sha256 (videos.json). Image recipes (CIFAR-10) index the python
+# decode every video once with the recipe's decoder: list files with frame counts, a manifest,
+# and each kept video's size, mtime and sha256 (videos.json). The first rule that reads the
+# user's videos (the re-encode, else the scan) takes their folder's digest as a parameter: a
+# video replaced, added or removed reruns it and what follows. Image recipes (CIFAR-10) index the python
 # batches instead, the user's or generated ones (no videos.json).
 
 if SOURCE == "synthetic":
@@ -65,6 +67,7 @@ if REENCODE["enabled"]:
             root=source_root,
             out=folder_of("train"),
             spec=reencode_args(),
+            videos=user_videos_stamp,
         threads: REENCODE["workers"]
         log:
             f"logs/data/reencode_{DATA_LOG_TAG}.log",
@@ -128,6 +131,9 @@ else:
             num_classes=RECIPE["model"]["num_classes"],
             classes=lambda wc, input: input.get("classes", ""),
             decoder=RECIPE["data"]["decoder"],
+            videos=lambda wc: "" if REENCODE["enabled"] else user_videos_stamp(wc),
+            span=CLIP_SPAN,
+            short=DATA["short_videos"],
         threads: 2
         log:
             SCAN_LOG,
@@ -137,4 +143,4 @@ else:
             "python -m clipflow data scan --train-list {input.train:q} --val-list {input.val:q}"
             " --root {params.root:q} --num-classes {params.num_classes}"
             " --classes={params.classes:q} --out-dir {params.out:q} --workers {threads}"
-            " --decoder {params.decoder} > {log:q} 2>&1"
+            " --decoder {params.decoder} --clip-span {params.span} --short-videos {params.short} > {log:q} 2>&1"

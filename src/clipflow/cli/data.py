@@ -8,7 +8,7 @@ from pathlib import Path
 
 from clipflow.cli.args import count, json_object, setting
 from clipflow.data.reader import DECODERS
-from clipflow.schemas import config_defaults
+from clipflow.schemas import config_defaults, config_enum
 
 
 def cmd_synth(a: argparse.Namespace) -> int:
@@ -38,10 +38,11 @@ def cmd_cifar_index(a: argparse.Namespace) -> int:
 
 
 def cmd_scan(a: argparse.Namespace) -> int:
-    from clipflow.data.scan import scan_lists
+    from clipflow.data.scan import ShortVideos, scan_lists
 
+    short = ShortVideos(a.clip_span, a.short_videos == "leave_out")
     scan_lists(a.train_list, a.val_list, a.root, a.num_classes, a.classes or None, a.out_dir, a.workers,
-               decoder=a.decoder)  # fmt: skip
+               decoder=a.decoder, short_videos=short)  # fmt: skip
     return 0
 
 
@@ -133,6 +134,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=count, default=2)
     p.add_argument("--decoder", choices=DECODERS, default=DECODERS[0],
                    help="the reader training will use (the recipe's data.decoder)")  # fmt: skip
+    p.add_argument("--clip-span", type=count, default=0,
+                   help="frames a clip's window spans (new_length x new_step): shorter videos are counted")  # fmt: skip
+    p.add_argument("--short-videos", choices=config_enum("data", "short_videos"),
+                   default=defaults["short_videos"], help="keep the shorter ones, or leave them out")  # fmt: skip
     p.set_defaults(func=cmd_scan)
     p = data.add_parser("kinetics", help="Kinetics annotation CSVs to the scan's 'path label' lists and classes.txt")
     p.add_argument("--train-csv", required=True, help="label,youtube_id,time_start,time_end,split")

@@ -32,7 +32,7 @@ from torch.utils.data import Dataset
 
 from clipflow.data.listfile import VideoEntry, read_list
 from clipflow.data.pixels import as_video, normalize_clips, transform_clip
-from clipflow.data.reader import DECODERS, read_frames
+from clipflow.data.reader import DECODERS, frames_now, read_frames
 from clipflow.data.sampling import (
     MODES,
     ClipSpec,
@@ -41,6 +41,7 @@ from clipflow.data.sampling import (
     slowfast_indices,
     testing_offsets,
 )
+from clipflow.data.scan import RESCAN
 from clipflow.data.transforms import TransformSpec, center_crop_box, test_crop_boxes, train_crop_box
 from clipflow.errors import ClipflowError
 
@@ -143,7 +144,14 @@ class SlowFastClips(Dataset):
         try:
             return read_frames(path, indices, self.new_width, self.new_height, self.decoder)
         except ClipflowError as exc:
-            raise ClipflowError(f"cannot decode {path} (listed in {self.list_path} line {entry.line}): {exc}") from None
+            where = f"{path} (listed in {self.list_path} line {entry.line})"
+            now = frames_now(path)
+            if entry.num_frames is not None and now is not None and now != entry.num_frames:
+                raise ClipflowError(
+                    f"{where} changed since the scan: the index lists {entry.num_frames} frames, the file now holds "
+                    f"{now}; rerun the workflow (a changed video reruns the data stage) or `{RESCAN}`"
+                ) from None
+            raise ClipflowError(f"cannot decode {where}: {exc}") from None
 
     def test_clip_offsets(self, num_frames: int) -> list[list[int]]:
         """Per test clip, its 1-based segment offsets (the rule is in the module docstring)."""

@@ -147,6 +147,19 @@ class FrameTable:
         return self.keys[at - 1] if at else 0
 
 
+def frames_now(path: Path) -> int | None:
+    """How many frames the video at ``path`` lists now, numbered as this reader and the scan number them (its
+    packets' timestamps, no decoding); None when it cannot be opened."""
+    import av
+
+    try:
+        with open_video(path) as container:
+            stream = container.streams.video[0]
+            return len(FrameTable.demux(container, stream).pts)
+    except (VideoFileError, av.FFmpegError, OSError):
+        return None
+
+
 SKIP_NONREF_CODECS = ("h264", "hevc")  # decoders whose skip_frame NONREF drops only frames nothing refers to
 SEEK_AFTER = 16  # frames: seek only when that skips at least this many (a keyframe interval at GluonCV's settings)
 

@@ -252,16 +252,42 @@ def _stamped(result: ScanResult, stamp: Stamp) -> ScanResult:
     return result
 
 
+@dataclass(frozen=True)
+class ShortVideos:
+    """What the scan does with a video shorter than a clip's window: ``span`` frames (the recipe's new_length x
+    new_step; 0: not known, nothing is short), kept (its clips repeat frames, as GluonCV's loader does) or, with
+    ``leave_out``, left out with the reason (``data.short_videos``)."""
+
+    span: int = 0
+    leave_out: bool = False
+
+    def apply(self, results: list[ScanResult]) -> int:
+        """Marks the short ones left out (with ``leave_out``); returns how many are short."""
+        short = [r for r in results if r.error is None and r.num_frames < self.span]
+        if self.leave_out:
+            for r in short:
+                r.error = f"shorter than a clip: {r.num_frames} frames, a clip's window spans {self.span} " \
+                          "(data.short_videos: leave_out)"  # fmt: skip
+        return len(short)
+
+
 def write_index(
-    splits: dict[str, list[ScanResult]], out_dir: str | Path, classes: list[str] | None, root: str | Path
+    splits: dict[str, list[ScanResult]],
+    out_dir: str | Path,
+    classes: list[str] | None,
+    root: str | Path,
+    short_videos: ShortVideos = ShortVideos(),
 ) -> dict:
-    """Writes `{split}.lst` of the good videos, `manifest.json` (counts, classes, failures) and `videos.json`
+    """Writes `{split}.lst` of the good videos, `manifest.json` (counts, short videos, classes, failures) and
+    `videos.json`
     (size, mtime_ns and sha256 of every good video of every split, by its path in the lists, and the data root
     they are under), recorded as clipflow's (:mod:`clipflow.made`)."""
     made = Made(out_dir, "--out-dir")
-    manifest: dict = {"splits": {}, "failures": [], "classes": classes}
+    manifest: dict = {"splits": {}, "failures": [], "classes": classes, "clip_span": short_videos.span,
+                      "short_videos": "leave_out" if short_videos.leave_out else "keep"}  # fmt: skip
     files: dict[str, dict] = {}
     for split, results in splits.items():
+        short = short_videos.apply(results)
         good = [r for r in results if r.error is None]
         files.update({r.path: {"size": r.size, "mtime_ns": r.mtime_ns, "sha256": r.sha256} for r in good})
         made.write_text(f"{split}.lst", list_text([VideoEntry(r.path, r.label, r.num_frames, r.line) for r in good]))
@@ -274,6 +300,7 @@ def write_index(
             "frames_max": max(frames, default=0),
             "frames_total": sum(frames),
             "sizes": sorted({f"{r.width}x{r.height}" for r in good}),
+            "shorter_than_clip": short,  # kept or left out, as short_videos says
         }
         manifest["failures"] += [
             {"split": split, **{k: v for k, v in asdict(r).items() if k not in NOT_IN_FAILURES}}
@@ -361,9 +388,11 @@ def scan_lists(
     workers: int = 2,
     log=print,
     decoder: str = "pyav",
+    short_videos: ShortVideos = ShortVideos(),
 ) -> dict:
     """Both lists scanned (each resumable from its journal in ``out_dir``), the index, the manifest and the
-    kept videos' records (``videos.json``) written there; logs the counts and each video left out. Raises
+    kept videos' records (``videos.json``) written there; logs the counts, the videos shorter than a clip
+    (:class:`ShortVideos`) and each video left out. Raises
     ClipflowError when a split keeps no video, when the class index names more classes than the model has, or
     when a list's label is no class index (one of num_classes or more, or a list numbered from 1:
     :func:`clipflow.data.listfile.check_labels`)."""
@@ -385,9 +414,13 @@ def scan_lists(
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         journal = Made(out_dir, "--out-dir").journal(journal_name(split))  # an interrupted scan resumes from it
         results[split] = scan(entries, root, workers=workers, desc=f"scan {split}", journal=journal, decoder=decoder)
-    manifest = write_index(results, out_dir, classes, root)
+    manifest = write_index(results, out_dir, classes, root, short_videos)
     for split, info in manifest["splits"].items():
         log(f"{split}: {info['videos']} videos kept, {info['failed']} failed")
+        if info["shorter_than_clip"] and not short_videos.leave_out:
+            log(f"{split}: {info['shorter_than_clip']} kept videos are shorter than a clip's window of "
+                f"{short_videos.span} frames: their clips repeat frames (data.short_videos: leave_out leaves them "
+                "out)")  # fmt: skip
         if info["videos"] == 0:
             raise ClipflowError(f"no {split} video could be decoded; see the failures in {out_dir}/manifest.json")
     for f in manifest["failures"]:

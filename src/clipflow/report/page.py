@@ -311,6 +311,13 @@ def _dataset(manifest: dict) -> str:
              f"{s['frames_min']}-{s['frames_max']}" if "frames_min" in s else None,
              ", ".join(s.get("sizes") or [])] for split, s in manifest.get("splits", {}).items()]  # fmt: skip
     part = "<h2>Dataset</h2>" + table(["split", unit, "failed", "classes", "frames", "sizes"], rows)
+    short = {split: s["shorter_than_clip"] for split, s in manifest.get("splits", {}).items()
+             if s.get("shorter_than_clip")}  # fmt: skip
+    if short:
+        kept = "kept: their clips repeat frames" if manifest.get("short_videos") != "leave_out" else "left out"
+        counts = " and ".join(f"{n} {split}" for split, n in short.items())
+        part += (f'<p class="caption">{counts} {unit} are shorter than a clip\'s window of {manifest["clip_span"]} '
+                 f"frames ({kept}; data.short_videos).</p>")  # fmt: skip
     failures = manifest.get("failures") or []
     if failures:
         part += f"<h3>Left out ({len(failures)})</h3>" + table(
