@@ -50,13 +50,7 @@ def test_ps_and_ddp_end_with_the_same_weights_from_the_same_start(tmp_path, tiny
         assert torch.equal(ps[name], ddp[name]), name
     history = {b: [json.loads(x) for x in (tmp_path / b / "metrics.jsonl").read_text().splitlines()] for b in runs}
     assert [h["loss"] for h in history["ps"]] == [h["loss"] for h in history["ddp"]]
-    if not train:
-        assert history["ddp"][1]["loss"] < history["ddp"][0]["loss"]  # it trained
-    # it trained in either variant: the second epoch moved the weights. (Clipped to 0.05 a worker, this tiny run
-    # stays at chance in two epochs, ln 8 = 2.08: its epoch losses, 2.10 then 2.13 on ffmpeg's 42x32 pixels, go
-    # up or down by the pixels' rounding, so a falling loss is asked of the plain variant only.)
-    first = sorted((tmp_path / "ddp" / "ckpt").glob("epoch_0001*.pt"))[-1]
-    assert any(not torch.equal(weights(first)[name], ddp[name]) for name in ddp)
+    assert history["ddp"][1]["loss"] < history["ddp"][0]["loss"]  # it trained
     assert "MASTER_ADDR" not in runs["ps"].stdout and not (tmp_path / "ddp" / "logs" / "scheduler-0.log").exists()
 
 
