@@ -136,7 +136,11 @@ class FrameTable:
     @classmethod
     def demux(cls, container, stream) -> FrameTable:
         """Built from the packets' timestamps (no decoding), as decord numbers frames."""
-        packets = [(p.pts, p.is_keyframe) for p in container.demux(stream) if p.pts is not None]
+        return cls.of_packets([(p.pts, p.is_keyframe) for p in container.demux(stream) if p.pts is not None])
+
+    @classmethod
+    def of_packets(cls, packets: list[tuple[int, bool]]) -> FrameTable:
+        """Built from (pts, is_keyframe) of the demuxed packets that have a pts."""
         pts = sorted(q for q, _ in packets)
         where = {q: i for i, q in enumerate(pts)}
         return cls(pts, sorted(where[q] for q, key in packets if key))

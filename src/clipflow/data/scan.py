@@ -76,25 +76,34 @@ def _probe_with_pyav(path: Path) -> tuple[int, float, int, int]:
     must come out of the decoder, as the reader asks for them by their timestamps."""
     import av
 
-    with open_video(path) as container:
-        stream = container.streams.video[0]
-        listed, table = stream.frames, FrameTable.demux(container, stream)
-    total = len(table.pts)
-    if total == 0:
-        raise VideoFileError("no video frames")
+    packets: list[tuple[int, bool]] = []  # one pass: each packet's pts and keyframe flag, and its frames decoded
     decoded: set[int] = set()
     size = None
     with open_video(path) as container:
         stream = container.streams.video[0]
         stream.thread_count = 1
+        listed = stream.frames
         try:
-            for frame in container.decode(stream):
-                if size is None:
-                    size = shown_size(frame)
-                decoded.add(frame.pts)
+            for packet in container.demux(stream):
+                if packet.pts is not None:
+                    packets.append((packet.pts, packet.is_keyframe))
+                for frame in packet.decode():
+                    if size is None:
+                        size = shown_size(frame)
+                    decoded.add(frame.pts)
         except av.FFmpegError:
-            raise VideoFileError(_decoding_failed(len(decoded), total, listed)) from None
+            failed_at = len(decoded)
+        else:
+            failed_at = None
         rate = stream.average_rate or stream.guessed_rate
+    if failed_at is not None:  # the frames listed in all, as before the failure: a second read, on this path only
+        with open_video(path) as container:
+            total = len(FrameTable.demux(container, container.streams.video[0]).pts)
+        raise VideoFileError(_decoding_failed(failed_at, total, listed) if total else "no video frames")
+    table = FrameTable.of_packets(packets)
+    total = len(table.pts)
+    if total == 0:
+        raise VideoFileError("no video frames")
     missing = [i for i, pts in enumerate(table.pts) if pts not in decoded]
     if missing or size is None:
         raise VideoFileError(_decoding_failed(missing[0] if missing else 0, total, listed))
