@@ -34,6 +34,12 @@ Figures, all from one run:
   warm-up, the one at a quarter of the run, the last, and the least-squares slope from
   that quarter on (measured: the allocator's pools grow once over the first few hundred
   clips, by about 35 MiB in-process, then stay flat: growth is a slope after that);
+* the conversion of the re-encoded videos' decoded frames to RGB at the decode size: clipflow's path
+  (:func:`clipflow.data.display.display_for`, which checks each frame for a turn, a range and a depth before
+  it converts) against its reference, a bare swscale context (PyAV's ``VideoReformatter``, bicubic, as the
+  reader converted before frames were shown as ffmpeg shows them), the two interleaved over ``--rgb-rounds``
+  rounds in this process, CPU time per frame (medians) and whether every pixel is the same: what showing
+  frames as ffmpeg does costs on frames that need none of it;
 * decord alone: ``--readers`` VideoReader constructions with one get_batch each (a
   reader per item, as GluonCV's loader and SlowFastClips make them) on a small video,
   resident memory before and after.
@@ -188,6 +194,40 @@ def decode_limit(dataset: SlowFastClips, clips: list[tuple[int, int]]) -> tuple[
 # -- the loader ------------------------------------------------------------------------------------
 
 
+def rgb_path(path: Path, rounds: int) -> dict:
+    """CPU ms per frame converting ``path``'s decoded frames to RGB at their size: clipflow's display path and
+    a bare swscale context (the reference), interleaved round by round (which goes first alternates), and
+    whether they gave the same pixels."""
+    from av.video.reformatter import VideoReformatter
+
+    from clipflow.data.display import Look, display_for
+
+    with av.open(str(path)) as container:
+        frames = list(container.decode(video=0))[:64]
+    width, height = frames[0].width, frames[0].height
+
+    def reference() -> list[np.ndarray]:
+        context = VideoReformatter()
+        return [context.reformat(f, width=width, height=height, format="rgb24", interpolation="BICUBIC")
+                .to_ndarray() for f in frames]  # fmt: skip
+
+    def clipflow() -> list[np.ndarray]:
+        display = display_for(Look(width, height))
+        return [display(f).to_ndarray() for f in frames]
+
+    same = all(np.array_equal(x, y) for x, y in zip(reference(), clipflow(), strict=True))
+    times: dict[str, list[float]] = {"reference": [], "clipflow": []}
+    for r in range(rounds):
+        for name, convert in sorted({"reference": reference, "clipflow": clipflow}.items(), reverse=bool(r % 2)):
+            began = time.process_time()
+            convert()
+            times[name].append((time.process_time() - began) * 1e3 / len(frames))
+    ref, ours = (float(np.median(times[name])) for name in ("reference", "clipflow"))
+    return {"rgb_frames": len(frames), "rgb_rounds": rounds, "rgb_same_pixels": same,
+            "rgb_reference_ms_per_frame": ref, "rgb_clipflow_ms_per_frame": ours,
+            "rgb_ratio": ours / ref if ref else float("nan")}  # fmt: skip
+
+
 def rss_mib(pid: int) -> float:
     """Resident memory of a process, from /proc."""
     with open(f"/proc/{pid}/status") as status:
@@ -322,13 +362,14 @@ def main() -> None:
     parser.add_argument("--epoch-clips", type=int, default=512, help="about this many list entries (an epoch)")
     parser.add_argument("--rss-every", type=int, default=100)
     parser.add_argument("--readers", type=int, default=3000, help="decord readers for the memory check")
+    parser.add_argument("--rgb-rounds", type=int, default=40, help="interleaved rounds of the RGB-path figure")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", default="", help="make the videos in this folder and keep them (default: temporary)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for the test")
     a = parser.parse_args()
     if a.quick:
         a.videos, a.frames, a.clips, a.clips_before, a.batch = 2, 80, 16, 8, 4
-        a.warmup, a.epoch_clips, a.rss_every, a.readers = 4, 8, 4, 20
+        a.warmup, a.epoch_clips, a.rss_every, a.readers, a.rgb_rounds = 4, 8, 4, 20, 4
     os.environ.setdefault("CLIPFLOW_NO_PROGRESS", "1")
     torch.set_num_threads(1)  # the in-process figures: one core, like the one-thread decode limit
     if os.environ.get("CLIPFLOW_PS_MALLOC_TUNE", "1") != "0":
@@ -388,6 +429,7 @@ def bench(a: argparse.Namespace, folder: Path) -> dict:
             figures[f"{name}_ratio"] = cps / limit
     figures["reencode_speedup"] = figures["after_loader_clips_per_s"] / figures["before_loader_clips_per_s"]
     figures["workers2_speedup"] = figures["after_workers2_loader_clips_per_s"] / figures["after_loader_clips_per_s"]
+    figures.update(rgb_path(folder / "after" / rows[0][0], a.rgb_rounds))
     small = folder / "small.mp4"
     make_video(small, 60, 1, WIDTH // 2, HEIGHT // 2)
     for key, value in reader_rss(small, a.readers).items():
@@ -417,6 +459,9 @@ def report(a: argparse.Namespace, f: dict) -> None:
     print(f"  {label:34s} {f['after_workers2_loader_clips_per_s']:10.1f} {'':34s} {cpu:>19s}")
     print(f"  clips/s: re-encoding x{f['reencode_speedup']:.2f}, 2 workers x{f['workers2_speedup']:.2f}; "
           f"target ratio >= {TARGET} (limit: seek + decode only, one thread)")  # fmt: skip
+    print(f"  to RGB, {f['rgb_frames']} frames x {f['rgb_rounds']} rounds: clipflow's display path "
+          f"{f['rgb_clipflow_ms_per_frame']:.3f} ms/frame, a bare swscale context {f['rgb_reference_ms_per_frame']:.3f}"
+          f" (ratio {f['rgb_ratio']:.2f}); same pixels: {f['rgb_same_pixels']}")  # fmt: skip
     print(f"  resident memory (MiB), after {a.warmup} clips -> at a quarter of the run -> last, "
           "slope per 1,000 clips from the quarter on:")  # fmt: skip
     for name in ("after", "after_workers2"):

@@ -47,6 +47,7 @@ def test_loader_bench_runs_every_figure() -> None:
     for process in ("after_rss_main", "after_workers2_rss_worker0", "after_workers2_rss_worker1"):
         assert figures[f"{process}_last_mib"] > 0 and f"{process}_slope_mib_per_1000" in figures, figures
     assert figures["decord_readers_rss_last_mib"] > 0
+    assert figures["rgb_same_pixels"] is True and figures["rgb_clipflow_ms_per_frame"] > 0, figures
 
 
 def test_train_step_bench_runs_every_variant() -> None:
