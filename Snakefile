@@ -1,10 +1,10 @@
 # clipflow: distributed training of video models, end to end.
 # `snakemake --cores 1 train_slowfast` runs the embedded default of config.yaml.
 from snakemake.exceptions import WorkflowError
-from snakemake.utils import min_version, update_config
+from snakemake.utils import min_version
 
+from clipflow.config_entry import entered_config
 from clipflow.errors import ClipflowError
-from clipflow.schemas import typed_command_line, validate
 
 min_version("9.20")
 
@@ -15,12 +15,15 @@ configfile: "config.yaml"
 report: "workflow/report/workflow.rst"
 
 
-# Where the config enters, once: `--config` values inside a mapping arrive as strings (Snakemake reads them with
-# YAML's BaseLoader), so they are typed here as config.yaml's would be, then the whole config is checked against
-# its schema (types, ranges, names, no NaN or infinity) and its defaults filled in, before any rule reads it.
+# Where the config enters, once (clipflow.config_entry): every value as the user typed it (the config files read
+# again with YAML 1.2's numbers, the --config words typed by their schema), then the whole config checked against
+# its schema (types, ranges, names, no NaN or infinity) with its defaults filled in, the Slurm time limit in
+# minutes, before any rule reads it. The files in the order Snakemake merged them: this file's, then --configfile's.
+_settings = workflow.config_settings
+_cli_files = [str(f) for f in _settings.configfiles]
+_own_files = [] if _settings.replace_workflow_config else [f for f in workflow.configfiles if str(f) not in _cli_files]
 try:
-    update_config(config, typed_command_line(workflow.config_settings.config))
-    config.update(validate(config, "config.schema.yaml", "config"))
+    config.update(entered_config(config, [*_own_files, *_cli_files], _settings.config_args))
 except ClipflowError as exc:
     raise WorkflowError(f"clipflow: {exc}")
 

@@ -39,6 +39,7 @@ def workflow(tmp_path_factory):
         ("data={synthetic: {min_frames: 90, max_frames: 60}}", ["data.synthetic.min_frames 90", "max_frames 60"]),
         ("data={short_videos: drop}", ["data.short_videos", "drop", "keep", "leave_out"]),
         ("cluster={launcher: ssh, hosts: [localhost, node2]}", ["cluster.hosts", "localhost", "loopback", "node2"]),
+        ("cluster={num_workers: 70000}", ["cluster.num_workers 70000", "on localhost", "at most 32256 on one host"]),
     ],
     ids=lambda value: value if isinstance(value, str) else "",
 )
@@ -50,6 +51,12 @@ def test_a_non_finite_number_in_a_config_file_is_refused(workflow, tmp_path):
     (tmp_path / "nan.yaml").write_text("overrides:\n  train:\n    base_lr: .NaN\n")
     done = dry_run(workflow, "--configfile", str(tmp_path / "nan.yaml"))
     assert_workflow_refused(done, "overrides.train.base_lr", "nan")
+
+
+def test_a_number_yaml_1_1_reads_otherwise_in_a_config_file_is_refused_as_typed(workflow, tmp_path):
+    (tmp_path / "hex.yaml").write_text("cluster:\n  num_workers: 0x10\n")
+    done = dry_run(workflow, "--configfile", str(tmp_path / "hex.yaml"))
+    assert_workflow_refused(done, "cluster.num_workers: '0x10' is not of type 'integer'")
 
 
 def test_nested_config_values_arrive_typed_at_the_stages(workflow):

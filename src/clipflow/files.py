@@ -1,4 +1,4 @@
-"""Small file helpers the stages share: atomic writes, JSON-lines journals, and the checks on
+"""Small file helpers the stages share: atomic writes and the checks on
 an output path that a command makes before it starts its work.
 
 An atomic write goes through a temporary file of a fresh name beside the target (made with O_EXCL, so it is
@@ -7,21 +7,16 @@ and nothing else. The output checks refuse, with one message naming the flag, th
 path that is a folder, a folder path that is a file, and a path whose folder cannot be made, so that a command
 fails on them before hours of work rather than after.
 
-A journal is an append-only JSON-lines file a long stage writes one record to as each
-item finishes, so that a killed run resumes without redoing them. A kill can tear only
-the last line (it has no newline yet); readers cut that line off so the next append
-starts on a line of its own.
+The append-only JSON-lines records (journals included) are :mod:`clipflow.jsonl`'s.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
 
 from clipflow.errors import ClipflowError
 
@@ -105,27 +100,3 @@ def _check_makeable(folder: Path, flag: str, shown: str) -> None:
     if not os.access(ancestor, os.W_OK | os.X_OK):
         where = f"write in the folder {folder}" if ancestor == target else f"make the folder {folder} in {ancestor}"
         raise ClipflowError(f"{flag} {shown}: no permission to {where}; name a folder you can write in")
-
-
-def journal_lines(journal: Path) -> Iterator[tuple[int, dict | None]]:
-    """(line number, record) for every complete line of a journal; record is None where the line is no
-    JSON object. A torn last line is cut off the file first."""
-    if not journal.exists():
-        return
-    data = journal.read_bytes()
-    complete = data[: data.rfind(b"\n") + 1]
-    if len(complete) < len(data):
-        with journal.open("r+b") as f:
-            f.truncate(len(complete))
-    for number, text in enumerate(complete.decode("utf-8", errors="replace").splitlines(), start=1):
-        try:
-            record = json.loads(text)
-        except ValueError:
-            record = None
-        yield number, record if isinstance(record, dict) else None
-
-
-def append_record(log: IO[str], record: dict) -> None:
-    """Appends one journal record and flushes it, so a kill loses at most the line being written."""
-    log.write(json.dumps(record) + "\n")
-    log.flush()

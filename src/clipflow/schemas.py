@@ -17,7 +17,6 @@ import copy
 import functools
 import json
 import math
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ import yaml
 from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 
+from clipflow import yaml12
 from clipflow.errors import ClipflowError
 from clipflow.textfile import read_bytes
 
@@ -35,11 +35,12 @@ SCHEMAS_DIR = REPO / "workflow" / "schemas"
 
 
 def load_yaml(path: str | Path, what: str) -> Any:
+    """The YAML file ``path`` (a ``what``), its numbers read as YAML 1.2 writes them (:mod:`clipflow.yaml12`)."""
     path = Path(path)
     if not path.is_file():
         raise ClipflowError(f"{what} {path} does not exist")
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yaml12.load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise ClipflowError(f"{what} {path} is not valid YAML: {exc}") from None
 
@@ -119,7 +120,6 @@ def validate(data: Any, schema_name: str, what: str) -> dict:
 
 _JSON_TYPES = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"), (type(None), "null"),
                (list, "array"), (Mapping, "object"))  # fmt: skip
-_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")  # 1e-3 too, which YAML 1.1 leaves a string
 
 
 def _json_type(value: Any) -> str:
@@ -145,15 +145,13 @@ def _accepts(types: set[str], value: Any) -> bool:
     return kind in types or (kind == "integer" and "number" in types)
 
 
-def _yaml_scalar(text: str, types: set[str]) -> Any:
-    """``text`` read as a YAML value, as config.yaml's would be (a number in e-notation too, where one is wanted)."""
+def _yaml_scalar(text: str) -> Any:
+    """``text`` read as a YAML value with YAML 1.2's numbers (:mod:`clipflow.yaml12`): ``1e-3`` is a number,
+    ``12:00:00``, ``0x2000`` and ``1_0`` stay as typed."""
     try:
-        value = yaml.safe_load(text)
+        return yaml12.load(text)
     except yaml.YAMLError:
         return text
-    if isinstance(value, str) and "number" in types and _NUMBER.fullmatch(text.strip()):
-        return float(text)
-    return value
 
 
 def _typed_scalar(value: Any, types: set[str]) -> Any:
@@ -162,7 +160,7 @@ def _typed_scalar(value: Any, types: set[str]) -> Any:
     if isinstance(value, str):
         if not types or types == {"string"}:
             return value
-        typed = _yaml_scalar(value, types)
+        typed = _yaml_scalar(value)
         if "string" not in types:
             return typed
         return typed if not isinstance(typed, str) and _accepts(types, typed) else value
@@ -188,7 +186,8 @@ def typed_command_line(values: Mapping, schema_name: str = "config.schema.yaml")
 
     Snakemake reads ``--config KEY=VALUE`` with int(), float(), True/False and then YAML's BaseLoader, which
     leaves every value inside a mapping or list a string: ``overrides={train: {epochs: 1}}`` arrives as
-    ``{'train': {'epochs': '1'}}``. Each such string is read again as YAML where its setting's schema (for
+    ``{'train': {'epochs': '1'}}``. Each such string is read again as YAML, with YAML 1.2's numbers
+    (:mod:`clipflow.yaml12`: ``12:00:00`` and ``0x2000`` stay text), where its setting's schema (for
     ``overrides``, the recipe schema) wants a number, a boolean or null; where it wants a string the text stays
     as it is, quoted or not. A top-level integer where a string is wanted (``run=2024``) becomes its digits.
     Keys the schema does not know are left alone, for validation to name."""

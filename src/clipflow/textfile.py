@@ -9,7 +9,6 @@ record that was not the object the reader wanted.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 from clipflow.errors import ClipflowError
@@ -89,14 +88,3 @@ def read_json_object(path: str | Path, what: str, expected: str) -> dict:
     is UTF-8 (RFC 8259), so a byte that is not is named with ``expected`` as the fix."""
     path = Path(path)
     return parse_object(read_text(path, what, fix=f"expected {expected}"), named(what, path), expected)
-
-
-def json_object_lines(path: str | Path, what: str, expected: str) -> Iterator[tuple[int, dict]]:
-    """(line number, object) for every non-blank line of a JSON-lines file; a line that is not JSON, or not
-    an object, is a ClipflowError naming the file and the line."""
-    path = Path(path)
-    text = read_text(path, what, fix=f"expected {expected}")
-    for number, line in enumerate(text.split("\n"), start=1):  # not splitlines: JSON strings may hold U+2028
-        if not line.strip():
-            continue
-        yield number, parse_object(line, f"{named(what, path)} line {number}", expected, one_line=True)

@@ -4,12 +4,17 @@ job: each alone is checked by its schema where it enters; these are the checks t
 from __future__ import annotations
 
 from clipflow.errors import ClipflowError
+from clipflow.hosts.hostsfile import Host, hosts_from_config, read_hosts_file
+from clipflow.hosts.plan import check_reachable, check_roles_per_host
+from clipflow.hosts.slurm_resources import slurm_nodes
 from clipflow.recipe import check_span
 
 
 def check_config_with_recipe(config: dict, recipe: dict, recipe_name: str) -> None:
-    """The synthetic set's videos hold the recipe's clip span (and its frame counts are in order); the plan's hosts
-    can reach each other (by their names: the addresses are the plan's to find). ClipflowError naming the keys."""
+    """The synthetic set's videos hold the recipe's clip span (and its frame counts are in order); no host gets more
+    roles than it could start (clipflow.hosts.plan.check_roles_per_host), before the rules are built for them; the
+    plan's hosts can reach each other (by their names: the addresses are the plan's to find). ClipflowError naming
+    the keys."""
     data, cluster = config["data"], config["cluster"]
     if data["source"] == "synthetic":
         synthetic = data["synthetic"]
@@ -31,9 +36,17 @@ def check_config_with_recipe(config: dict, recipe: dict, recipe_name: str) -> No
             "videos are staged to hosts with their own disks; use storage shared (the data set on every host at the "
             "same path)"
         )
+    hosts = _hosts(cluster)
+    check_roles_per_host(hosts, cluster["num_workers"], cluster["num_servers"], cluster["placement"],
+                         config["train"]["backend"])  # fmt: skip
     if cluster["launcher"] == "ssh":
-        from clipflow.hosts.hostsfile import hosts_from_config, read_hosts_file
-        from clipflow.hosts.plan import check_reachable
-
-        hosts = read_hosts_file(cluster["hosts_file"]) if cluster["hosts_file"] else hosts_from_config(cluster["hosts"])
         check_reachable(hosts, {host: host.host for host in hosts})
+
+
+def _hosts(cluster: dict) -> list[Host]:
+    """The hosts the plan will be made on: the hosts file or cluster.hosts (Slurm nodes with the slurm launcher)."""
+    if cluster["launcher"] == "slurm":
+        return slurm_nodes(cluster)
+    if cluster["hosts_file"]:
+        return read_hosts_file(cluster["hosts_file"])
+    return hosts_from_config(cluster["hosts"])

@@ -134,7 +134,7 @@ def test_changed_file_or_label_is_decoded_again(tmp_path, change):
     assert again[0] == first[0] and again[2] == first[2]
 
 
-def test_torn_last_line_is_ignored_and_cut_off(tmp_path):
+def test_torn_last_line_is_set_aside_and_its_video_scanned_again(tmp_path, capsys):
     root = tmp_path / "videos"
     entries = make_set(root, [10, 12, 14])
     journal = tmp_path / "scan.journal"
@@ -143,6 +143,7 @@ def test_torn_last_line_is_ignored_and_cut_off(tmp_path):
     torn = lines[-1][: len(lines[-1]) // 2]
     journal.write_text("".join(lines[:-1]) + torn, encoding="utf-8")
     torn_path = json.loads(lines[-1])["path"]
+    capsys.readouterr()
 
     again = scan(entries, root, journal=journal)
 
@@ -150,6 +151,8 @@ def test_torn_last_line_is_ignored_and_cut_off(tmp_path):
     assert again == first
     assert sorted(journal_paths(journal)) == ["v0.mp4", "v1.mp4", "v2.mp4"]
     assert journal.read_text(encoding="utf-8").endswith("\n")
+    assert (tmp_path / "scan.journal.cut-1").read_text(encoding="utf-8") == torn
+    assert f"{journal} ended in a line cut short ({len(torn.encode())} bytes" in capsys.readouterr().out
 
 
 def test_missing_file_is_journalled_and_a_damaged_line_named(tmp_path):

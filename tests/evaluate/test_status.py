@@ -51,3 +51,16 @@ def test_a_run_it_cannot_read_is_named(tmp_path, setup, message):
     with pytest.raises(ClipflowError) as err:
         run_status(results, "tiny")
     assert message.format(results=results) in str(err.value)
+
+
+def test_a_cut_last_line_of_the_history_is_left_out_with_a_note(tmp_path, capsys):
+    lines = [json.dumps({"epoch": e, "epoch_time": 10.0, "clips_per_s": 4.0}) for e in (1, 2)]
+    folder = make_run(tmp_path / "results", lines=lines)
+    with (folder / "metrics.jsonl").open("a") as fh:
+        fh.write('{"epoch": 3, "epoch_ti')
+    got = run_status(tmp_path / "results", "tiny")
+    assert (got.epoch, got.clips_per_s) == (2, 4.0)
+    assert capsys.readouterr().err == (
+        f"clipflow: note: {folder / 'metrics.jsonl'} line 3 is cut short (22 bytes without a newline, from a write "
+        "that was stopped): left out; the next write to the record sets it aside beside it\n"
+    )

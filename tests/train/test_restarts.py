@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from collections import Counter
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,10 @@ from netns_hosts import ssh_hosts  # noqa: F401
 from report_helpers import colour_columns, embedded_figures
 from sample_log_helpers import trained_per_epoch
 
+from clipflow.checksums import checksum_path, sha256_of
 from clipflow.data.listfile import VideoEntry, read_list, write_list
+from clipflow.errors import ClipflowError
+from clipflow.train.restarts import Attempt, History, read_attempts
 
 KILLED = {**TINY, "train": {**TINY["train"], "epochs": 2, "save_every_iters": 2, "keep_checkpoints": 10}}
 
@@ -288,3 +292,46 @@ def test_each_restart_checks_every_host_of_the_first_plan_so_a_host_that_came_ba
         ssh_hosts.link_up(2)
     assert there == targets[:2] and said.startswith(f"clipflow: restart: {targets[2]} does not answer"), said
     assert answering()[0] == targets
+
+
+def an_attempt(number: int, code: int) -> Attempt:
+    return Attempt(launch=1.0, attempt=number, started=10.0 * number, ended=10.0 * number + 5, code=code,
+                   cause=f"worker 1 exited {code}" if code else "", hosts=["localhost"], workers=2,
+                   resumed_from=None, lost_s=0.5)  # fmt: skip
+
+
+def test_a_cut_restarts_record_is_set_aside_and_the_next_attempt_goes_on_a_line_of_its_own(tmp_path):
+    root, said = tmp_path / "ckpt", []
+    History(root, said.append).add(an_attempt(1, 1))
+    record = root / "restarts.jsonl"
+    cut = json.dumps(asdict(an_attempt(2, 1))).encode()[:40]  # the launcher killed while writing attempt 2
+    record.write_bytes(record.read_bytes() + cut)
+
+    History(root, said.append).add(an_attempt(3, 0))
+
+    assert (root / "restarts.jsonl.cut-1").read_bytes() == cut
+    assert [a["attempt"] for a in read_attempts(record)] == [1, 3]
+    assert record.read_text().count("\n") == 2 and checksum_path(record).read_text().split()[0] == sha256_of(record)
+    assert said == [
+        f"clipflow: {record} ended in a line cut short (40 bytes without a newline, from a write that was stopped): "
+        f"its bytes are set aside in {root / 'restarts.jsonl.cut-1'} and the record goes on after its 1 whole "
+        "lines; look at restarts.jsonl.cut-1 and delete it when it holds nothing you need"
+    ]
+
+
+def test_the_report_reads_the_whole_attempts_of_a_cut_record_and_names_a_line_that_is_no_attempt(tmp_path, capsys):
+    record = tmp_path / "restarts.jsonl"
+    cut = '{"attempt": 2, "sta'  # 19 bytes
+    record.write_text(json.dumps(asdict(an_attempt(1, 1))) + "\n" + cut)
+    assert [a["attempt"] for a in read_attempts(record)] == [1]
+    assert capsys.readouterr().err == (
+        f"clipflow: note: restarts record {record} line 2 is cut short ({len(cut)} bytes without a newline, from a "
+        "write that was stopped): left out; the next write to the record sets it aside beside it\n"
+    )
+    record.write_text(json.dumps(asdict(an_attempt(1, 1))) + '\n{"attempt": 2, "code": 1}\n')
+    with pytest.raises(ClipflowError) as err:
+        read_attempts(record)
+    assert str(err.value) == (
+        f"restarts record {record} line 2 is not an attempt (it has no started, ended, cause, workers); expected "
+        "one JSON object an attempt, as the launcher writes restarts.jsonl"
+    )

@@ -38,13 +38,12 @@ from clipflow.data.reader import open_video
 from clipflow.environment import read_env
 from clipflow.errors import ClipflowError
 from clipflow.files import (
-    append_record,
     check_output_dir,
     check_output_file,
-    journal_lines,
     temp_beside,
     write_text_atomic,
 )
+from clipflow.jsonl import append_record, journal_lines
 from clipflow.values import is_int, is_number
 
 X264_PRESETS = (
@@ -301,7 +300,7 @@ def failure_of(root: str | Path, path: str) -> str | None:
 
 def _read_journal(dst_root: Path) -> dict[str, dict]:
     """{output path: record} from the journal, an output made or the reason it failed ("error"); lines cut
-    short by a killed run are ignored."""
+    short by a killed run are set aside beside it (clipflow.jsonl)."""
     records: dict[str, dict] = {}
     for _, record in journal_lines(dst_root / JOURNAL):
         if record is not None and (RECORD_KEYS <= record.keys() or {"dst", "error"} <= record.keys()):

@@ -31,7 +31,8 @@ from clipflow.data.listfile import VideoEntry, list_text
 from clipflow.data.reader import FrameTable, VideoFileError, open_video, open_with_decord
 from clipflow.environment import read_env
 from clipflow.errors import ClipflowError
-from clipflow.files import append_record, check_output_dir, journal_lines
+from clipflow.files import check_output_dir
+from clipflow.jsonl import append_record, journal_lines
 from clipflow.made import Made
 from clipflow.textfile import json_kind, read_json_object
 
@@ -172,8 +173,8 @@ def _journal_key(path: str, label: int, stamp: Stamp, decoder: str) -> tuple:
 def _read_journal(journal: Path) -> dict[tuple, dict]:
     """Journal lines by (path, label, stamp), the latest line winning.
 
-    A last line without its newline was torn by a killed scan: it is ignored and cut
-    off, so that the next append starts on a line of its own. Any other unreadable
+    A last line without its newline was torn by a killed scan: it is set aside beside the
+    journal and named (clipflow.jsonl), so that the next append starts on a line of its own. Any other unreadable
     line is an error, since the journal was then damaged some other way. A line of an
     earlier clipflow, which kept no sha256 or no decoder, counts as not probed: that video
     is decoded and hashed again.

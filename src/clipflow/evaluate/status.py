@@ -22,7 +22,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from clipflow.errors import ClipflowError
-from clipflow.textfile import json_object_lines, read_json_object
+from clipflow.jsonl import record_lines
+from clipflow.textfile import read_json_object
 from clipflow.train.checkpoint import RUN_FACTS, CheckpointStore
 
 RECENT_EPOCHS = 3
@@ -189,7 +190,7 @@ def _read_history(path: Path) -> list[dict]:
         return []
     expected = f"one metrics record a line; {FIX_HISTORY}"
     history = []
-    for number, record in json_object_lines(path, "", expected):
+    for number, record in record_lines(path, "", expected):
         if not _fields_ok(record, RECORD):
             raise ClipflowError(f"{path} line {number} is not a metrics record ({', '.join(RECORD)}); {FIX_HISTORY}")
         history.append(record)

@@ -136,6 +136,49 @@ def place(
     return roles
 
 
+SOURCE_PORTS = 65535 - 1024 + 1  # the unprivileged ports a host can open connections from
+
+
+def roles_per_host(hosts: list[Host], num_workers: int, num_servers: int, placement: str = "beside"
+                   ) -> dict[str, tuple[int, int]]:  # fmt: skip
+    """(workers, servers) each machine of ``hosts`` gets by :func:`place`, counted without listing the roles."""
+    count: dict[str, list[int]] = {h.host: [0, 0] for h in hosts}
+    if placement == "cycle":  # the servers, then the workers, dealt over the hosts in turn
+        for i, h in enumerate(hosts):
+            count[h.host][1] += len(range(i, num_servers, len(hosts)))
+            count[h.host][0] += len(range((i - num_servers) % len(hosts), num_workers, len(hosts)))
+    else:
+        turns = [h for h in hosts for _ in range(h.slots)]
+        full, rest = divmod(num_workers, len(turns))
+        for i, h in enumerate(turns):
+            count[h.host][0] += full + (i < rest)
+        for i, h in enumerate(hosts):
+            count[h.host][1] += len(range(i, num_servers, len(hosts)))
+    return {host: (w, s) for host, (w, s) in count.items()}
+
+
+def check_roles_per_host(hosts: list[Host], num_workers: int, num_servers: int, placement: str, backend: str) -> None:
+    """No machine of the plan gets more roles than it could start: every role connects to the job's port
+    (cluster.root_port: the scheduler's, or with ddp rank 0's store) from a port of its own on its machine, two
+    connections a role with ps (its control and data sockets to the scheduler), one a worker with ddp (which has no
+    servers), and a machine has :data:`SOURCE_PORTS` to open them from. ClipflowError naming the machine, the
+    counts and the bound, before anything is built for them."""
+    if not hosts:
+        return  # make_plan names the missing hosts
+    connections, servers = (2, num_servers) if backend == "ps" else (1, 0)
+    most = SOURCE_PORTS // connections
+    for host, (workers, on_host) in roles_per_host(hosts, num_workers, servers, placement).items():
+        if workers + on_host > most:
+            roles = f"{workers} workers" + (f" and {on_host} server{'s' if on_host > 1 else ''}" if on_host else "")
+            raise ClipflowError(
+                f"config: cluster.num_workers {num_workers} puts {roles} on {host}, more than a machine can start: "
+                f"with train.backend {backend} each {'role' if servers else 'worker'} holds {connections} TCP "
+                f"connection{'s' if connections > 1 else ''} to cluster.root_port from a port of its own, and a "
+                f"machine has {SOURCE_PORTS} (1024-65535), so at most {most} on one host; give fewer workers or "
+                "more hosts"
+            )
+
+
 def address_of(host: Host) -> str:
     """The IPv4/IPv6 address others reach ``host`` at (loopback names: 127.0.0.1)."""
     if host.host in LOCAL_NAMES:

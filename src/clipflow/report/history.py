@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from clipflow.errors import ClipflowError
-from clipflow.textfile import json_object_lines
+from clipflow.jsonl import record_lines
 
 REQUIRED = ("epoch", "loss", "lr", "clips_per_s", "data_time", "step_time")
 EXPECTED = "one JSON object an epoch, as the train stage writes its metrics.jsonl"
@@ -19,7 +19,7 @@ def read_history(path: Path) -> list[dict]:
     path = Path(path)
     if not path.exists():
         raise ClipflowError(f"{WHAT} {path} does not exist; run the train stage first")
-    records = list(json_object_lines(path, WHAT, EXPECTED))  # every line JSON first, then the fields
+    records = list(record_lines(path, WHAT, EXPECTED))  # every line JSON first, then the fields
     for number, record in records:
         missing = [key for key in REQUIRED if key not in record]
         if missing:

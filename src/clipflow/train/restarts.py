@@ -12,7 +12,8 @@ back is used again: each restart checks the original plan's hosts. Fault injecti
 the first attempt only.
 
 Every attempt is one JSON line of ``<checkpoint_root>/restarts.jsonl`` (:class:`Attempt`), the file rewritten
-whole with its sha256 beside it after each attempt, so collection can bring it home checked.
+whole with its sha256 beside it after each attempt, so collection can bring it home checked; a last line cut short
+is set aside when the launcher opens it (:mod:`clipflow.jsonl`).
 """
 
 from __future__ import annotations
@@ -30,12 +31,15 @@ from clipflow.environment import NAMES
 from clipflow.errors import RESUMABLE, ClipflowError
 from clipflow.hosts.hostsfile import Host
 from clipflow.hosts.plan import Plan, make_plan
+from clipflow.jsonl import open_for_append, record_lines
 from clipflow.launch.processes import Ending
 from clipflow.made import Made
 from clipflow.train.checkpoint import CheckpointStore
 from clipflow.train.job import TrainJob
 
 RESTARTS_FILE = "restarts.jsonl"
+EXPECTED = "one JSON object an attempt, as the launcher writes restarts.jsonl"
+FIELDS = ("attempt", "started", "ended", "code", "cause", "workers")  # what the report draws
 HOST_CHECK_S = 5.0  # how long a host may take to answer the check before a restart
 
 Attempt_ = Callable[[TrainJob, Path | None], Ending]  # one launch of a job (its own job file, or None: the run's)
@@ -143,12 +147,13 @@ def newest_checkpoint(root: Path) -> Path | None:
 class History:
     """``<checkpoint_root>/restarts.jsonl``: the attempts of every launch of the run, one JSON line each."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, log=print) -> None:
         self.root = root
         self.path = root / RESTARTS_FILE
         made = Made(root, "--checkpoint-root")
         made.check([], journals=[RESTARTS_FILE])  # someone else's file of that name is refused, never replaced
         made.journal(RESTARTS_FILE)
+        open_for_append(self.path, log)  # a cut last line set aside: the next attempt goes on a line of its own
 
     def add(self, attempt: Attempt) -> None:
         old = self.path.read_text(encoding="utf-8") if self.path.exists() else ""
@@ -156,17 +161,14 @@ class History:
 
 
 def read_attempts(path: Path) -> list[dict]:
-    """The attempts a ``restarts.jsonl`` records; ClipflowError naming the file and line when one is not JSON."""
+    """The attempts a ``restarts.jsonl`` records (a cut last line left out, with a note); ClipflowError naming
+    the file and the line when a whole line is not JSON or not an attempt."""
     attempts = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            record = None
-        if not isinstance(record, dict) or not {"attempt", "started", "ended", "cause", "workers"} <= record.keys():
-            raise ClipflowError(f"{path} line {number} is not an attempt restarts.jsonl records; rerun training")
+    for number, record in record_lines(path, "restarts record", EXPECTED):
+        missing = [key for key in FIELDS if key not in record]
+        if missing:
+            raise ClipflowError(f"restarts record {path} line {number} is not an attempt (it has no "
+                                f"{', '.join(missing)}); expected {EXPECTED}")  # fmt: skip
         attempts.append(record)
     return attempts
 
@@ -175,7 +177,7 @@ def run_with_restarts(job: TrainJob, attempt: Attempt_, log=print) -> int:
     """Runs ``attempt`` for ``job``, then again after each failure as the module's docstring says; the last
     attempt's exit status."""
     root = job.paths.checkpoint_root
-    history = History(root)
+    history = History(root, log)
     launch, limit = time.time(), job.policy.max_restarts
     fewest = job.policy.fewest_workers(job.plan.num_workers)
     current, current_file = job, None

@@ -33,6 +33,7 @@ from clipflow.data.listfile import read_list
 from clipflow.data.loader import make_loader
 from clipflow.environment import read_env
 from clipflow.errors import ClipflowError
+from clipflow.jsonl import open_for_append, record_lines
 from clipflow.launch.notice import Notice, StoppedOnNotice
 from clipflow.models.builder import build_model
 from clipflow.models.cards import is_image_model
@@ -59,6 +60,9 @@ from clipflow.train.slots import (
 from clipflow.train.step import StepOptions
 from clipflow.train.totals import FIELDS, WORDS, Totals, checkpoint_record, from_checkpoint, gather, words_of
 from clipflow.train.validate import ValShard
+from clipflow.values import is_int
+
+HISTORY_EXPECTED = "one JSON object an epoch, as the trainer writes metrics.jsonl"
 
 
 def no_decay_mults(model: torch.nn.Module) -> dict[str, float]:
@@ -455,13 +459,18 @@ class Trainer:
         raise stopped
 
     def _append_history(self, record: dict, resumed_epoch: int) -> None:
+        """``record`` added to the run's metrics.jsonl, after the epochs up to ``resumed_epoch`` (an interrupted
+        run's later lines dropped); a cut last line is set aside first (clipflow.jsonl)."""
         lines = []
-        if self.history_path.exists():  # drop what an interrupted run logged after the checkpoint resumed from
-            lines = [
-                ln
-                for ln in self.history_path.read_text().splitlines()
-                if ln.strip() and json.loads(ln)["epoch"] <= resumed_epoch
-            ]
+        if self.history_path.exists():
+            open_for_append(self.history_path, self.log)
+            for number, old in record_lines(self.history_path, "training history", HISTORY_EXPECTED):
+                if not is_int(old.get("epoch")):
+                    raise ClipflowError(f"training history {self.history_path} line {number} has no epoch number; "
+                                        f"expected {HISTORY_EXPECTED}: move the file away to start the history "
+                                        "afresh")  # fmt: skip
+                if old["epoch"] <= resumed_epoch:
+                    lines.append(json.dumps(old))
         lines.append(json.dumps(record))
         write_text_with_checksum(self.history_path, "\n".join(lines) + "\n")
 
