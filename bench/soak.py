@@ -200,6 +200,14 @@ def fill(path: Path) -> int:
     return written
 
 
+def last_word(log: Path) -> str:
+    """The last line of a launch's log that clipflow or Python said as it ended (an error, a stop, a traceback's
+    last line)."""
+    lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    said = [line for line in lines if line.startswith(("clipflow", "Traceback")) or ": [Errno" in line]
+    return (said[-1] if said else lines[-1] if lines else "")[:300]
+
+
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -303,8 +311,10 @@ def soak(a: argparse.Namespace, work: Path, disk: Path) -> dict:
     record = disk / "ckpt" / "restarts.jsonl"
     restarts = record.read_text().splitlines() if record.exists() else []
     by_kind = Counter(f["kind"] for f in faults.done)
+    endings = [last_word(broken.folder / f"launch-{n}.log") for n in range(len(broken.launches))]
     figures = {"bench": "soak", "seed": a.seed, "faults_asked": a.faults, "faults_injected": len(faults.done),
-               "by_kind": dict(by_kind), "launches": broken.launches, "restarts_recorded": len(restarts),
+               "by_kind": dict(by_kind), "faults_survived": len(faults.done) if broken.launches[-1] == 0 else 0,
+               "launches": broken.launches, "launch_endings": endings, "restarts_recorded": len(restarts),
                "samples_planned_per_epoch": sum(planned.values()), "epochs": a.epochs,
                "samples_lost": samples_lost, "samples_trained_twice": samples_twice,
                "weights_equal": not unequal, "unequal_tensors": unequal[:5], "files_wrong": wrong,
@@ -314,6 +324,8 @@ def soak(a: argparse.Namespace, work: Path, disk: Path) -> dict:
     kinds = ", ".join(f"{k} {n}" for k, n in by_kind.items())
     print(f"soak: {len(faults.done)} of {a.faults} faults injected ({kinds})"
           f"; {len(broken.launches)} launches (exit {broken.launches}), {len(restarts)} attempts recorded")  # fmt: skip
+    for n, (code, ending) in enumerate(zip(broken.launches, endings, strict=True)):
+        print(f"soak: launch {n + 1} exit {code}: {ending}")
     print(f"soak: samples lost {samples_lost}, trained twice {samples_twice} (of {sum(planned.values())} an epoch "
           f"over {a.epochs} epochs); final weights {'equal' if not unequal else 'UNEQUAL'} to the unbroken run's; "
           f"files wrong: {len(wrong)}{': ' + '; '.join(wrong[:3]) if wrong else ''}")  # fmt: skip
