@@ -171,12 +171,13 @@ def test_a_job_file_whose_roles_disagree_with_its_plan_is_refused_naming_the_fie
     assert str(info.value) == f"job file {path}: {message}; {fix}"
 
 
-def test_a_cluster_plan_whose_roles_disagree_with_its_counts_is_refused_naming_it(tmp_path):
+def test_a_cluster_plan_whose_roles_disagree_with_its_counts_is_refused_naming_it_by_a_launch(tmp_path):
     plan = tiny_job_dict(tmp_path)["plan"]
     plan["num_workers"] = 3
     path = write_job_file(tmp_path / "plan.json", plan)
+    assert Plan.read(path).num_workers == 3  # read to check its hosts, say: taken as it is
     with pytest.raises(ClipflowError) as info:
-        Plan.read(path)
+        Plan.read(path, launching=True)  # to launch a job from (train launch --plan, evaluate launch --plan)
     assert str(info.value) == (
         f"cluster plan {path}: plan.num_workers is 3 but plan.roles has 2 workers (no worker 2); give plan.roles one "
         "worker for each rank 0..2, or make plan.num_workers 2; rerun the cluster stage"
