@@ -1,11 +1,13 @@
 """Bad input to the parameter server: malformed messages from a foreign process are dropped and logged naming
-their sender while a real job on loopback trains to the end; the decoder turns any bytes into a Message or a
+their sender while a real job on loopback trains to the end, and while it starts (only a ps-lite node's first
+message ends a starting job); the decoder turns any bytes into a Message or a
 WireError and nothing else; security none beyond loopback needs CLIPFLOW_PS_INSECURE=1, and then warns."""
 
 from __future__ import annotations
 
 import json
 import random
+import re
 import subprocess
 import sys
 import time
@@ -25,8 +27,9 @@ from ps_badinput_helpers import (
     send_from_stranger,
 )
 from ps_cluster_helpers import HERE, Cluster, base_env
+from ps_lite_helpers import MXNET_ADD_NODE, add_node
 
-from clipflow.errors import ClipflowError
+from clipflow.errors import ClipflowError, CommError
 from clipflow.hosts.hostsfile import Host
 from clipflow.hosts.plan import make_plan
 from clipflow.launch.roles import role_commands
@@ -76,6 +79,78 @@ def test_malformed_messages_are_dropped_and_logged_and_the_job_trains_to_the_end
     assert "the sender is not a worker of this job" in server.stderr()
     for worker in workers:
         assert "Traceback" not in worker.stderr(), worker.stderr()
+
+
+# -- a starting job -----------------------------------------------------------------------------
+
+STARTING_GARBAGE = [  # (case, frames) as the issue's ps_random, ps_notjson and ps_deep sent, and more
+    ("random", [random.Random(30).randbytes(4096)]),
+    ("notjson", [b"hello, scheduler\n"]),
+    ("deep", [b"[" * 100_000]),
+    ("empty", [b""]),
+    ("ps-lite-length", [random.Random(31).randbytes(len(MXNET_ADD_NODE))]),  # the length of ps-lite's, not its form
+    ("ps-lite-heartbeat", [add_node(cmd=5)]),  # ps-lite's form, but not its first message
+    ("ps-lite-two-frames", [MXNET_ADD_NODE, MXNET_ADD_NODE]),
+]
+STARTING_REASONS = {"random": "not UTF-8 JSON", "notjson": "not UTF-8 JSON", "deep": "nested too deeply",
+                    "empty": "not UTF-8 JSON", "ps-lite-length": "not UTF-8 JSON",
+                    "ps-lite-heartbeat": "not UTF-8 JSON", "ps-lite-two-frames": "not UTF-8 JSON"}  # fmt: skip
+
+
+def test_garbage_sent_to_a_starting_scheduler_is_dropped_and_logged_and_it_goes_on_registering_nodes(
+    make_cluster: Callable[..., Cluster],
+) -> None:
+    """Before the ps-lite detection was made exact, each of these ended the starting job (exit 76, blaming
+    ps-lite); now each is dropped with one line naming its sender, and the scheduler then registers the job's
+    real server (the job's forming with its workers is test_ps's; no worker here: it would load torch)."""
+    cluster = make_cluster(1, 1, PS_VERBOSE="1")
+    scheduler = cluster.scheduler()
+    ctx = zmq.Context()
+    try:
+        send_from_stranger(ctx, listening_port(scheduler.popen.pid), STARTING_GARBAGE)
+    finally:
+        ctx.term()
+    server = cluster.server()
+    deadline = time.monotonic() + 30
+    while "registered server on 127.0.0.1 (1/1 servers, 0/1 workers)" not in scheduler.stderr():
+        assert time.monotonic() < deadline, scheduler.stderr()
+        assert scheduler.popen.poll() is None and server.popen.poll() is None, (scheduler.stderr(), server.stderr())
+        time.sleep(0.1)
+    log = scheduler.stderr()
+    for case, _ in STARTING_GARBAGE:
+        lines = drop_lines(log, case)
+        assert len(lines) == 1 and ": malformed message: " in lines[0], (case, log)
+        assert STARTING_REASONS[case] in lines[0] and "looks like ps-lite" not in lines[0], (case, lines[0])
+    assert "aborting" not in log and "Traceback" not in log, log
+
+
+def test_a_ps_lite_nodes_first_message_still_ends_a_starting_scheduler_naming_it(
+    make_cluster: Callable[..., Cluster],
+) -> None:
+    """The frame a real MXNet worker sends first, from a socket without an identity (as ps-lite's): the job
+    cannot work, so it ends at once (exit 76) with the message that names the peer and `clipflow launch --mxnet`."""
+    cluster = make_cluster(1, 1)
+    scheduler = cluster.scheduler()
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    try:
+        sock.connect(f"tcp://127.0.0.1:{listening_port(scheduler.popen.pid)}")
+        sock.send(MXNET_ADD_NODE)
+        code = scheduler.popen.wait(timeout=30)
+    finally:
+        sock.close(linger=0)
+        ctx.term()
+    log = scheduler.stderr()
+    assert code == CommError.exit_status == 76, log
+    aborts = [line for line in log.splitlines() if line.startswith("clipflow ps: aborting: ")]
+    assert len(aborts) == 1 and "Traceback" not in log, log
+    assert re.fullmatch(
+        r"clipflow ps: aborting: a peer at 127\.0\.0\.1:\d+ \(socket identity 0x00[0-9a-f]{8}\) does not speak "
+        r"clipflow's parameter-server protocol: it looks like ps-lite \(MXNet's kvstore\), a ps-lite worker at "
+        r"127\.0\.0\.1:9100 asking to join \(ADD_NODE\); an MXNet or other ps-lite script needs its own scheduler "
+        r"and servers: run it with `clipflow launch --mxnet -n <workers> -s <servers> -- <command>`",
+        aborts[0],
+    ), aborts[0]
 
 
 # -- the decoder --------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from job_helpers import tiny_job, tiny_job_dict, write_job_file
 from launch_helpers import launch, two_splits
 
 from clipflow.errors import ClipflowError
+from clipflow.hosts.plan import Plan
 from clipflow.launch.start import job_command, worker_commands
 from clipflow.train.job import TrainJob
 
@@ -74,6 +75,7 @@ BAD_JOBS = {
     "other version": (put(2, "version"), "version: 1 was expected"),
     "bad plan": (put("boss", "plan", "roles", 0, "role"), "plan.roles.0.role: 'boss' is not one of"),
     "bad recipe": (put(0, "recipe", "train", "epochs"), "recipe: train.epochs: 0 is less than the minimum of 1"),
+    "a worker short": (put(3, "plan", "num_workers"), "plan.num_workers is 3 but plan.roles has 2 workers"),
     "ps setting with ddp": (
         lambda job: (put("ddp", "backend")(job), put("dist_async", "ps", "mode")(job)),
         "kvstore dist_async is a parameter-server mode; the ddp back end is synchronous",
@@ -93,6 +95,93 @@ def test_a_bad_job_file_is_named_by_the_launcher_before_any_process_starts(tmp_p
     assert f"clipflow: error: job file {path}" in done.stderr and message in done.stderr, done.stderr
     assert "`clipflow train launch` writes a good one" in done.stderr
     assert not logs.exists()  # no role was started: the launcher makes the log folder for the first one
+
+
+def move_scheduler_last(job: dict) -> None:
+    roles = job["plan"]["roles"]
+    roles.append(roles.pop(0))
+
+
+# hand edits of a job's plan that its schema takes: roles (scheduler, server 0, worker 0, worker 1) against the counts
+HAND_EDITS = {
+    "a worker short": (
+        put(3, "plan", "num_workers"),
+        "plan.num_workers is 3 but plan.roles has 2 workers (no worker 2); give plan.roles one worker for each rank "
+        "0..2, or make plan.num_workers 2",
+    ),
+    "a worker more": (
+        put(1, "plan", "num_workers"),
+        "plan.num_workers is 1 but plan.roles has 2 workers (a worker 1, outside 0..0); give plan.roles one worker "
+        "for each rank 0..0, or make plan.num_workers 2",
+    ),
+    "a worker twice": (
+        put(0, "plan", "roles", 3, "rank"),
+        "plan.roles has worker 0 twice (plan.num_workers 2); give plan.roles one worker for each rank 0..1",
+    ),
+    "a worker beyond": (
+        put(5, "plan", "roles", 3, "rank"),
+        "plan.roles has a worker 5, outside 0..1 (plan.num_workers 2); give plan.roles one worker for each rank 0..1",
+    ),
+    "a server short": (
+        put(2, "plan", "num_servers"),
+        "plan.num_servers is 2 but plan.roles has 1 server (no server 1); give plan.roles one server for each rank "
+        "0..1, or make plan.num_servers 1",
+    ),
+    "no scheduler": (
+        lambda job: job["plan"]["roles"].pop(0),
+        "plan.roles has no scheduler; give it one, as its first role (plan.roles[0])",
+    ),
+    "two schedulers": (
+        lambda job: job["plan"]["roles"].append(dict(job["plan"]["roles"][0])),
+        "plan.roles has 2 schedulers (plan.roles[0] and [4]); give it one, as its first role (plan.roles[0])",
+    ),
+    "scheduler not first": (
+        move_scheduler_last,
+        "plan.roles[3] is the scheduler, but the scheduler must be the first role (plan.roles[0], now a server); "
+        "move it there",
+    ),
+    "scheduler rank": (put(1, "plan", "roles", 0, "rank"), "plan.roles[0], the scheduler, has rank 1; give it rank 0"),
+    "scheduler elsewhere": (
+        put("127.0.0.2", "plan", "root_uri"),
+        "plan.roles[0], the scheduler, is at address 127.0.0.1 but plan.root_uri is 127.0.0.2, where every other role "
+        "looks for it; make them the same address",
+    ),
+    "a role on no host of the plan": (
+        put("node9", "plan", "roles", 3, "host"),
+        "plan.roles[3] (worker 1) is on node9, which is not one of plan.hosts (localhost); put it on one of them, "
+        "or add its host to plan.hosts",
+    ),
+    "a remote host with the local launcher": (
+        put(["localhost", "node9"], "plan", "hosts"),
+        "plan.launcher is local, which runs every role on this machine, but plan.hosts names node9; use hosts "
+        "[localhost], or launcher ssh",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", HAND_EDITS, ids=list(HAND_EDITS))
+def test_a_job_file_whose_roles_disagree_with_its_plan_is_refused_naming_the_field(tmp_path, case):
+    change, message = HAND_EDITS[case]
+    job = tiny_job_dict(tmp_path)
+    change(job)
+    path = write_job_file(tmp_path / "job.json", job)
+    with pytest.raises(ClipflowError) as info:
+        TrainJob.read(path)
+    fix = "`clipflow train launch` writes a good one (or rerun the train stage)"
+    assert str(info.value) == f"job file {path}: {message}; {fix}"
+
+
+def test_a_cluster_plan_whose_roles_disagree_with_its_counts_is_refused_naming_it_by_a_launch(tmp_path):
+    plan = tiny_job_dict(tmp_path)["plan"]
+    plan["num_workers"] = 3
+    path = write_job_file(tmp_path / "plan.json", plan)
+    assert Plan.read(path).num_workers == 3  # read to check its hosts, say: taken as it is
+    with pytest.raises(ClipflowError) as info:
+        Plan.read(path, launching=True)  # to launch a job from (train launch --plan, evaluate launch --plan)
+    assert str(info.value) == (
+        f"cluster plan {path}: plan.num_workers is 3 but plan.roles has 2 workers (no worker 2); give plan.roles one "
+        "worker for each rank 0..2, or make plan.num_workers 2; rerun the cluster stage"
+    )
 
 
 def test_a_job_file_that_is_not_json_or_not_there_is_named(tmp_path):

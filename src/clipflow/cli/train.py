@@ -65,7 +65,8 @@ def job_from_args(a: argparse.Namespace):
           "threshold": setting(a, "compression_threshold", compression["threshold"])}  # fmt: skip
     policy = {name: setting(a, name, train[name]) for name in POLICY}
     recipe = load_recipe(a.recipe, json_object(a.overrides or "{}"))
-    return TrainJob.create(Plan.read(a.plan), recipe, setting(a, "backend", train["backend"]), ps, paths,
+    plan = Plan.read(a.plan, launching=True)
+    return TrainJob.create(plan, recipe, setting(a, "backend", train["backend"]), ps, paths,
                            setting(a, "seed", train["seed"]), "train launch", policy)  # fmt: skip
 
 

@@ -59,4 +59,9 @@ class EvalJob:
     def read(cls, path: str | Path) -> EvalJob:
         fix = "`clipflow evaluate launch` writes a good one (or rerun the evaluate stage)"
         data = read_checked_json(path, "eval_job.schema.yaml", "evaluation job file", fix)
-        return cls(Plan.from_dict(data["plan"]), *(Path(data[name]) for name in PATHS), data["batch_size"])
+        plan = Plan.from_dict(data["plan"])
+        try:
+            plan.check()
+        except ClipflowError as exc:
+            raise ClipflowError(f"evaluation job file {path}: {exc}; {fix}") from None
+        return cls(plan, *(Path(data[name]) for name in PATHS), data["batch_size"])

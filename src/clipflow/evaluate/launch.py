@@ -24,7 +24,7 @@ def launch_evaluation(plan_path: str, model: str, list_path: str, root: str, out
     The launcher's exit code. ``local``: the hosts have their own disks: the model and the list go to the
     evaluation's folder on every host, the workers read the staged videos, and rank 0's metrics.json comes home
     checked against its sha256."""
-    plan = Plan.read(plan_path)
+    plan = Plan.read(plan_path, launching=True)
     if not any(r.role == "worker" for r in plan.roles) or plan.num_workers < 1:
         raise ClipflowError(f"cluster plan {plan_path} has no workers to evaluate on; rerun the cluster stage")
     check_output_dir(log_dir, "--log-dir")  # the job file and the workers' logs go there

@@ -14,6 +14,7 @@ import math
 import os
 import socket
 import sys
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -100,8 +101,51 @@ class Plan:
 
     @classmethod
     def from_dict(cls, data: dict) -> Plan:
-        """The plan of :meth:`to_dict`'s form (checked by the caller: plan.json's reader, or a job's schema)."""
+        """The plan of :meth:`to_dict`'s form (checked by the caller: plan.json's reader, or a job's schema; and
+        then :meth:`check`)."""
         return cls(**{**data, "roles": [Role(**r) for r in data["roles"]]})
+
+    def check(self) -> None:
+        """The roles agree with the rest of the plan, as in every plan :func:`make_plan` makes (a hand-edited
+        job.json may not, and its job would wait for a role that never starts): the scheduler once, as the first
+        role, rank 0, at ``root_uri``; the workers ranks 0..num_workers-1 and the servers 0..num_servers-1, each
+        once; every role on one of ``hosts``, all of them this machine's with the local launcher. ClipflowError
+        naming the field (``plan.<key>``) and what it must be; the caller names the file."""
+        where = "plan.roles"
+        schedulers = [i for i, r in enumerate(self.roles) if r.role == "scheduler"]
+        if schedulers != [0]:
+            if not schedulers:
+                raise ClipflowError(f"{where} has no scheduler; give it one, as its first role (plan.roles[0])")
+            if len(schedulers) > 1:
+                raise ClipflowError(f"{where} has {len(schedulers)} schedulers ({where}[{schedulers[0]}] and "
+                                    f"[{schedulers[1]}]); give it one, as its first role (plan.roles[0])")  # fmt: skip
+            raise ClipflowError(f"{where}[{schedulers[0]}] is the scheduler, but the scheduler must be the first role "
+                                f"(plan.roles[0], now a {self.roles[0].role}); move it there")  # fmt: skip
+        scheduler = self.roles[0]
+        if scheduler.rank != 0:
+            raise ClipflowError(f"{where}[0], the scheduler, has rank {scheduler.rank}; give it rank 0")
+        if scheduler.address != self.root_uri:
+            raise ClipflowError(
+                f"{where}[0], the scheduler, is at address {scheduler.address} but plan.root_uri is {self.root_uri}, "
+                "where every other role looks for it; make them the same address"
+            )
+        for role, count in (("worker", self.num_workers), ("server", self.num_servers)):
+            _check_ranks(role, [r.rank for r in self.roles if r.role == role], count)
+        self._check_hosts()
+
+    def _check_hosts(self) -> None:
+        hosts = {str(replace(parse_host(text, "plan.hosts"), slots=1)) for text in self.hosts}
+        if self.launcher == "local":
+            remote = [text for text in self.hosts if parse_host(text, "plan.hosts").host not in LOCAL_NAMES]
+            if remote:
+                raise ClipflowError(f"plan.launcher is local, which runs every role on this machine, but plan.hosts "
+                                    f"names {remote[0]}; use hosts [localhost], or launcher ssh")  # fmt: skip
+        for i, r in enumerate(self.roles):
+            if r.host not in hosts:
+                raise ClipflowError(
+                    f"plan.roles[{i}] ({r.role} {r.rank}) is on {r.host}, which is not one of plan.hosts "
+                    f"({', '.join(self.hosts)}); put it on one of them, or add its host to plan.hosts"
+                )
 
     def write(self, path: str | Path) -> None:
         path = Path(path)
@@ -109,15 +153,47 @@ class Plan:
         path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
 
     @classmethod
-    def read(cls, path: str | Path) -> Plan:
+    def read(cls, path: str | Path, launching: bool = False) -> Plan:
+        """The plan in ``path``; ``launching`` (a command that starts roles from it): its roles also checked
+        against its counts and hosts (:meth:`check`), so that no job waits for a role the plan never starts (other
+        commands, the checks of its hosts say, take a plan trimmed by hand as it is)."""
         path = Path(path)
         data = read_json_object(
             path, "cluster plan", "the JSON object clipflow cluster plan writes; rerun the cluster stage"
         )
         try:
-            return cls.from_dict(data)
-        except (ValueError, TypeError, KeyError) as exc:
+            plan = cls.from_dict(data)
+            if launching:
+                plan.check()
+        except ClipflowError as exc:
+            raise ClipflowError(f"cluster plan {path}: {exc}; rerun the cluster stage") from None
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise ClipflowError(f"cluster plan {path} cannot be read ({exc}); rerun the cluster stage") from None
+        return plan
+
+
+def _check_ranks(role: str, ranks: list[int], count: int) -> None:
+    """The plan's ``role`` roles have ``ranks``: they must be 0..count-1, each once (plan.num_<role>s)."""
+    if sorted(ranks) == list(range(count)):
+        return
+    key = f"plan.num_{role}s"
+    seen = Counter(ranks)
+    twice = sorted(rank for rank, n in seen.items() if n > 1)
+    outside = sorted(rank for rank in seen if not 0 <= rank < count)
+    missing = sorted(set(range(count)) - seen.keys())
+    if twice:
+        fault = f"{role} {twice[0]} twice"
+    elif outside:
+        fault = f"a {role} {outside[0]}, outside 0..{count - 1}"
+    else:
+        fault = f"no {role} {missing[0]}"
+    fix = f"give plan.roles one {role} for each rank 0..{count - 1}"
+    if sorted(ranks) == list(range(len(ranks))):
+        fix += f", or make {key} {len(ranks)}"
+    if len(ranks) != count:
+        has = f"{len(ranks)} {role}" + ("" if len(ranks) == 1 else "s")
+        raise ClipflowError(f"{key} is {count} but plan.roles has {has} ({fault}); {fix}")
+    raise ClipflowError(f"plan.roles has {fault} ({key} {count}); {fix}")
 
 
 def place(

@@ -18,7 +18,8 @@ or workers still running when the time is up, falls back to the teardown above.
 SIGINT always stops at once. Given a time limit (the link check's all-reduce), the launcher stops everything
 once it has passed, and says so. Processes that only echo a
 failure elsewhere (exit status ABORTED) are not taken for its cause while the cause
-can still be seen exiting. Nothing is left running. A program that cannot be started
+can still be seen exiting. Nothing is left running, even when the launcher is killed: every process starts
+tethered to it (:mod:`clipflow.launch.tether`) and gets SIGTERM when it dies. A program that cannot be started
 here (not found, not executable) is one ClipflowError naming it and its role, after
 the roles started before it are stopped; :func:`program_problem` lets a caller find
 it before any role starts.
@@ -41,6 +42,7 @@ from clipflow.errors import ABORTED, RESUMABLE, ClipflowError
 from clipflow.hosts.plan import Role
 from clipflow.launch.notice import HELD, STOPPED
 from clipflow.launch.remote_exec import NOTICE_LINE
+from clipflow.launch.tether import tethered_argv
 from clipflow.made import Made
 
 POLL_S = 0.1
@@ -86,9 +88,8 @@ def program_problem(program: str, search_path: str | None = None) -> str | None:
     return None
 
 
-def cannot_start(cmd: RoleCommand, exc: OSError) -> ClipflowError:
-    """The error for a role whose program could not be started: the program, the role and the reason."""
-    reason = program_problem(cmd.argv[0], {**os.environ, **cmd.env}.get("PATH")) or exc.strerror or str(exc)
+def cannot_start(cmd: RoleCommand, reason: str) -> ClipflowError:
+    """The error for a role whose program cannot be started: the program, the role and the reason."""
     return ClipflowError(f"cannot start {cmd.role.role} {cmd.role.rank} on {cmd.role.host}: {cmd.argv[0]}: {reason}")
 
 
@@ -180,19 +181,22 @@ class Launcher:
 
     def _start(self, cmd: RoleCommand) -> None:
         env = {**os.environ, **cmd.env, "PYTHONUNBUFFERED": "1"}
+        problem = program_problem(cmd.argv[0], env.get("PATH"))  # found as the exec in tethered_argv finds it
+        if problem:  # run() stops the roles started before this one
+            raise cannot_start(cmd, problem)
         held = cmd.hold_notice and cmd.stdin is None  # an ssh role's is held by its supervisor
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, HELD) if held else None  # the child inherits the mask
         try:
             proc = subprocess.Popen(
-                cmd.argv,
+                tethered_argv(cmd.argv, env),  # it ends with the launcher, even a killed one
                 env=env,
                 stdin=subprocess.DEVNULL if cmd.stdin is None else subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        except OSError as exc:  # not found, not executable: run() stops the roles started before this one
-            raise cannot_start(cmd, exc) from None
+        except OSError as exc:
+            raise cannot_start(cmd, exc.strerror or str(exc)) from None
         finally:
             if mask is not None:
                 signal.pthread_sigmask(signal.SIG_SETMASK, mask)

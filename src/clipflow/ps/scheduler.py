@@ -23,9 +23,11 @@ role, a bad port...), or any other message from a socket that is no member's (a 
 DONE) is dropped and logged with the sender's address (:meth:`Channel.reject`). A well-formed
 REGISTER that conflicts with the others (a rank asked twice, one node too many) is a
 misconfigured job while it starts, and ends it as before; once the job runs, the newcomer is
-refused (told with ABORT) and the job goes on. Likewise a peer that does not speak this protocol at all
-(an MXNet worker's ps-lite, say) ends the job while it starts, named with its address, and is dropped once it
-runs (:meth:`Channel.reject_malformed`). Without security, any local process can still
+refused (told with ABORT) and the job goes on. A ps-lite node's first message (an MXNet script started
+without `clipflow launch --mxnet`: :func:`clipflow.ps.foreign.ps_lite_join` tells it exactly) ends the job
+while it starts, named with its address, and is dropped once it runs; any other garbage (random bytes, a frame
+that is not JSON, JSON nested too deeply) is dropped and logged, starting or running
+(:meth:`Channel.reject_malformed`). Without security, any local process can still
 register during startup as one of the nodes: that is what CURVE is for.
 """
 
@@ -166,7 +168,7 @@ class Scheduler:
         return False
 
     def _malformed(self, peer: bytes, node: Node | None, msg: Message) -> None:
-        if node is None:  # while the job starts, a peer of another protocol ends it (a script for MXNet's launch.py)
+        if node is None:  # while the job starts, a ps-lite node's first message ends it (MXNet's launch.py's script)
             self.channel.reject_malformed(peer, msg, starting=not self.registry.ranked)
         else:
             self.log.error(f"{node.describe()} sent a {msg.get('reason')}")

@@ -9,8 +9,8 @@ Workers on the same machine may pass their arrays through shared memory
 
 The scheduler's WELCOME names the job's workers: a message from any other socket, and a
 malformed one, is dropped and logged with its sender's address (:meth:`Channel.reject`),
-never answered, never applied; but until every worker of the job was heard from, a peer that does not speak
-this protocol at all (an MXNet worker's ps-lite) ends the job naming it (:meth:`Channel.reject_malformed`).
+never answered, never applied; but until every worker of the job was heard from, a ps-lite node's first
+message (an MXNet worker's) ends the job naming it (:meth:`Channel.reject_malformed`).
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ class Data:
 
     def _admit(self, peer: bytes, msg: Message) -> bool:
         """Whether ``msg`` is a request of one of the job's workers; else it is dropped and logged."""
-        if msg.op == INVALID_OP:  # until each of its workers was heard, a peer of another protocol ends the job
+        if msg.op == INVALID_OP:  # until each of its workers was heard, a ps-lite node's first message ends the job
             self.channel.reject_malformed(peer, msg, starting=len(self.seen) < len(self.workers))
             return False
         rank = self.workers.get(peer)

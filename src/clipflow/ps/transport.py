@@ -287,10 +287,11 @@ class Channel:
         self.drops.drop(sender.host, f"dropped {what} from {sender}: {why}")
 
     def reject_malformed(self, peer: bytes | None, msg: Message, starting: bool) -> None:
-        """A malformed message (``_invalid``) from a sender outside the job: while the job ``starting``, one that
-        is not clipflow's protocol at all ends this role (:class:`ForeignPeer`, naming the sender, whether it
-        looks like ps-lite, and what to do); otherwise it is dropped and logged (:meth:`reject`), as a stranger
-        must not end a running job. The one check the scheduler and the servers share."""
+        """A malformed message (``_invalid``) from a sender outside the job: while the job ``starting``, a ps-lite
+        node's first message (:func:`clipflow.ps.foreign.ps_lite_join`: an MXNet script started without
+        `clipflow launch --mxnet`) ends this role (:class:`ForeignPeer`, naming the sender and what to do); any
+        other is dropped and logged (:meth:`reject`): garbage from a stranger must not end a job, starting or
+        running. The one check the scheduler and the servers share."""
         foreign = msg.get("foreign")
         if foreign and starting:
             sender = sender_of(peer, msg)
@@ -304,15 +305,10 @@ class Channel:
 
 
 def foreign_protocol(frames: list[zmq.Frame] | list[bytes]) -> str:
-    """Why ``frames`` (a message that did not decode) are not clipflow's protocol at all, or "" when they may be
-    a broken message of it (its first frame starts a JSON object)."""
-    first = bytes(frames[0]) if frames else b""
-    if not first or first.lstrip()[:1] == b"{":
-        return ""
-    join = ps_lite_join(first)
-    if join:
-        return f"it looks like ps-lite (MXNet's kvstore), {join}"
-    return "its first frame is not a JSON object"
+    """What ``frames`` (a message that did not decode) are when they are a ps-lite node's first message, else
+    "" (garbage, or a broken message of clipflow's protocol: both only dropped)."""
+    join = ps_lite_join(frames)
+    return f"it looks like ps-lite (MXNet's kvstore), {join}" if join else ""
 
 
 def _peer_name(peer: bytes | None) -> str:

@@ -163,13 +163,19 @@ class TrainJob:
 
     @classmethod
     def from_dict(cls, data: object, what: str = "job") -> TrainJob:
-        """The job of :meth:`to_dict`'s form, checked: the job schema (every key, its type), the recipe's checks,
-        the back end's settings. Every problem is named with ``what``."""
+        """The job of :meth:`to_dict`'s form, checked: the job schema (every key, its type), the plan's roles against
+        its counts and hosts (:meth:`Plan.check`), the recipe's checks, the back end's settings. Every problem is
+        named with ``what``."""
         data = validate(data, "job.schema.yaml", what)
         return cls._checked(data, what)
 
     @classmethod
     def _checked(cls, data: dict, what: str) -> TrainJob:
+        plan = Plan.from_dict(data["plan"])
+        try:
+            plan.check()
+        except ClipflowError as exc:
+            raise ClipflowError(f"{what}: {exc}") from None
         ps = PSSettings(**data["ps"])
         policy = RunPolicy(**data["policy"])
         workers = data["plan"]["num_workers"]
@@ -183,7 +189,7 @@ class TrainJob:
         except ClipflowError as exc:
             raise ClipflowError(f"{what}: {exc}") from None
         return cls(
-            plan=Plan.from_dict(data["plan"]),
+            plan=plan,
             recipe=check_recipe(data["recipe"], f"{what}: recipe"),
             backend=data["backend"],
             ps=ps,
