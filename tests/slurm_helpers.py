@@ -73,7 +73,8 @@ def role_pid(slurm, node_index: int, role: str, rank: int) -> int | None:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if b"clipflow" not in cmdline or cmdline.startswith(b"srun") or b"slurmstepd" in cmdline:
+        tether = b"prctl" in cmdline  # the launcher's wrapper (clipflow.launch.tether) before it execs srun
+        if b"clipflow" not in cmdline or cmdline.startswith(b"srun") or b"slurmstepd" in cmdline or tether:
             continue
         if f"DMLC_ROLE={role}".encode() in environ and f"DMLC_RANK={rank}".encode() in environ:
             return pid
