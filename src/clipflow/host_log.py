@@ -13,6 +13,7 @@ libraries writing to the file descriptors directly) reaches only the launcher's 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import sys
 import threading
@@ -22,6 +23,7 @@ from typing import IO
 
 from clipflow.checksums import checksum_path, record_checksum
 from clipflow.environment import NAMES, read_env
+from clipflow.errors import ClipflowError
 
 ENV = NAMES["host_log"]
 FOLDER = "on-host"  # beside the launcher's logs of a run: <log-dir>/on-host/<role>-<rank>.log
@@ -50,9 +52,17 @@ class _Tee:
         written = self._stream.write(text)
         with self._lock:
             if not self._log.closed:
-                self._log.write(text)
-                self._log.flush()
+                try:
+                    self._log.write(text)
+                    self._log.flush()
+                except OSError as exc:  # a full disk: the console keeps the rest, the process goes on
+                    self._give_up(exc)
         return written
+
+    def _give_up(self, exc: OSError) -> None:
+        with contextlib.suppress(OSError):
+            self._log.close()  # closed even when its last flush fails: neither stream writes to it again
+        self._stream.write(f"clipflow: warning: the host log {self._log.name} ends here ({exc.strerror or exc})\n")
 
     def flush(self) -> None:
         self._stream.flush()
@@ -83,11 +93,11 @@ def start_from_env(environ: MutableMapping[str, str] = os.environ) -> Path | Non
         if os.getpid() != pid:  # a forked child exiting: the parent owns the log
             return
         sys.stdout, sys.stderr = streams
-        with lock:
-            log.close()
         try:
+            with lock:
+                log.close()
             record_checksum(path)
-        except OSError as exc:
+        except (OSError, ClipflowError) as exc:  # a full disk (DiskFull) included
             print(f"clipflow: warning: cannot record the checksum of {path} ({exc})", file=sys.stderr)
 
     atexit.register(finish)

@@ -11,6 +11,7 @@ import time
 
 import pytest
 import torch
+from disk_helpers import PAGE, files_on, fill, full_message
 from helpers import assert_refused, python_env
 from launch_helpers import scanned_val
 from safety_helpers import listing
@@ -222,3 +223,18 @@ def test_an_out_or_log_dir_that_cannot_be_written_is_refused_before_any_scoring(
     bad_logs = clipflow_evaluate("launch", "--plan", str(plan), "--log-dir", str(tmp_path / "file"), *inputs)
     assert_refused(bad_logs, f"--log-dir {tmp_path / 'file'} is a file, not a folder")
     assert listing(tmp_path) == before
+
+
+def test_metrics_on_a_full_disk_are_one_line_and_never_left_without_their_checksum(tmp_path, cifar, small_disk):
+    """Issue 30: a full disk ended evaluate in a traceback, metrics.json left without its .sha256."""
+    model = save_untrained(tmp_path / "model.pt", "resnet18_cifar10", {})
+    inputs = ["--model", str(model), "--list", str(cifar / "index/val.lst"), "--root", str(cifar / "batches")]
+    whole = tmp_path / "metrics.json"  # the same evaluation on a disk with room: how many pages metrics.json takes
+    done = clipflow_evaluate(*inputs, "--out", str(whole))
+    assert done.returncode == 0, done.stderr
+    free = fill(small_disk, -(-whole.stat().st_size // PAGE) * PAGE)  # room for metrics.json, none for its checksum
+    out = small_disk / "metrics.json"
+    line = assert_refused(clipflow_evaluate(*inputs, "--out", str(out)))
+    checksum = (whole.parent / "metrics.json.sha256").read_text()
+    assert line == "clipflow: error: " + full_message(f"{out}.sha256", len(checksum), free)
+    assert files_on(small_disk) == []
