@@ -59,14 +59,22 @@ class DiskFull(ClipflowError):
     """A write that found its disk full (ENOSPC) or its quota spent (EDQUOT); nothing half-written was left under
     the file's name. One line, :meth:`of` makes it."""
 
+    what: tuple = ()  # (path, code, needed, written) of :meth:`of`, to measure the free bytes again
+
     @classmethod
     def of(cls, path: Path, code: int, needed: int | None, written: int = 0) -> DiskFull:
         """The message for ``path``: ``needed`` bytes (None: unknown until done, ``written`` so far)."""
         need = f"{needed} bytes" if needed is not None else f"more than {written} bytes"
-        return cls(
+        failed = cls(
             f"cannot write {path}: {WHY_FULL[code]} (it needs {need}, {free_bytes(path)} bytes are free there); "
             f"free some space or write to another disk, then rerun; nothing was written under that name"
         )
+        failed.what = (path, code, needed, written)
+        return failed
+
+    def measured_again(self) -> DiskFull:
+        """The same failure with the bytes free now (after an enclosing write removed its temporary file too)."""
+        return DiskFull.of(*self.what) if self.what else self
 
 
 def free_bytes(path: Path) -> int | str:
@@ -116,6 +124,8 @@ def temp_beside(path: str | Path, suffix: str = ".tmp", needed: int | None = Non
         tmp.unlink(missing_ok=True)
         if is_full(exc):
             raise DiskFull.of(path, exc.errno, needed, written) from None
+        if isinstance(exc, DiskFull):  # a write inside this one's: the bytes free now that both are removed
+            raise exc.measured_again() from None
         raise
 
 

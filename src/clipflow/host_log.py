@@ -43,10 +43,11 @@ class _Tee:
     """A text stream that writes to the console stream and to the host log (flushed at each write, so a forked
     child never repeats a parent's buffered text)."""
 
-    def __init__(self, stream: IO[str], log: IO[str], lock: threading.Lock) -> None:
+    def __init__(self, stream: IO[str], log: IO[str], lock: threading.Lock, console_err: IO[str]) -> None:
         self._stream = stream
         self._log = log
         self._lock = lock
+        self._console_err = console_err  # where the warning goes when the log cannot be written
 
     def write(self, text: str) -> int:
         written = self._stream.write(text)
@@ -62,7 +63,7 @@ class _Tee:
     def _give_up(self, exc: OSError) -> None:
         with contextlib.suppress(OSError):
             self._log.close()  # closed even when its last flush fails: neither stream writes to it again
-        self._stream.write(f"clipflow: warning: the host log {self._log.name} ends here ({exc.strerror or exc})\n")
+        self._console_err.write(f"clipflow: warning: the host log {self._log.name} ends here ({exc.strerror or exc})\n")
 
     def flush(self) -> None:
         self._stream.flush()
@@ -86,7 +87,7 @@ def start_from_env(environ: MutableMapping[str, str] = os.environ) -> Path | Non
         return None
     lock = threading.Lock()
     streams = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = _Tee(streams[0], log, lock), _Tee(streams[1], log, lock)
+    sys.stdout, sys.stderr = _Tee(streams[0], log, lock, streams[1]), _Tee(streams[1], log, lock, streams[1])
     pid = os.getpid()
 
     def finish() -> None:

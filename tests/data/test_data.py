@@ -34,7 +34,7 @@ def test_a_synthetic_set_on_a_full_disk_is_one_line_and_leaves_no_video_under_it
     """Issue 30: a full disk ended `data synth` in a traceback."""
     out = small_disk / "set"
     free = fill(small_disk, 5 * PAGE)  # the lists, the class index and clipflow's record fit; the first video does not
-    line = assert_refused(clipflow("data", "synth", "--out-dir", str(out), "--num-train", "2", "--num-val", "1",
+    line = assert_refused(clipflow("data", "synth", "--out-dir", str(out), "--num-train", "8", "--num-val", "8",
                                    "--min-frames", "24", "--max-frames", "24", "--short-side", "128",
                                    "--workers", "1"))  # fmt: skip
     first = out / f"videos/train/train_00000_{CLASSES[0]}.mp4"
