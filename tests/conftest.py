@@ -1,7 +1,8 @@
 """Shared fixtures and hooks.
 
 Fixtures that tests of several folders use: a small synthetic video set made once per test session; a CIFAR-format
-set made per module (cifar, for the training and evaluation runs); the session's Slurm cluster. A fixture of one
+set made per module (cifar, for the training and evaluation runs); the session's Slurm cluster; a small disk (a 64 KiB
+tmpfs, for the full-disk tests). A fixture of one
 folder lives in that folder's conftest.py (tests/data/cifar: small_cifar; tests/launch: mx_python; tests/ps:
 make_cluster). Plain helpers live in tests/helpers.py and the other *_helpers modules (a folder's own beside its
 tests), never here: test modules import those, never a conftest (tests/test_suite.py checks).
@@ -204,6 +205,16 @@ def cifar(tmp_path_factory):
     for rank, part in enumerate(split_entries(read_list(root / "index/train.lst"), 2, seed=0)):
         write_list(root / "splits" / f"worker{rank}.lst", part)
     return root
+
+
+@pytest.fixture
+def small_disk(tmp_path) -> Iterator[Path]:
+    """An empty 64 KiB tmpfs of the test's own, unmounted after it; skips, with the reason, unless root
+    (tests/disk_helpers.py)."""
+    from disk_helpers import small_tmpfs
+
+    with small_tmpfs(tmp_path / "small-disk") as where:
+        yield where
 
 
 @pytest.fixture(scope="session")

@@ -1,17 +1,22 @@
 """clipflow.files: an atomic write leaves the old file or the new one and nothing else, whatever fails, and never
 touches a file that was there before; the output checks refuse a folder for a file, a file for a folder and a path
-whose folder cannot be made, naming the flag and the path, and make nothing."""
+whose folder cannot be made, naming the flag and the path, and make nothing. On a full disk (a small tmpfs) a write
+and a journal's append fail in one line naming the file, the bytes needed and the bytes free, and leave the old
+contents and nothing else (issue 30)."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 
 import pytest
+from disk_helpers import PAGE, files_on, fill, full_message
 from safety_helpers import listing
 
 from clipflow.errors import ClipflowError
-from clipflow.files import check_output_dir, check_output_file, write_text_atomic
+from clipflow.files import DiskFull, check_output_dir, check_output_file, write_text_atomic
+from clipflow.jsonl import append_record
 
 
 def test_an_atomic_write_replaces_the_file_and_leaves_nothing_else(tmp_path):
@@ -97,3 +102,24 @@ def test_an_output_folder_without_write_permission_is_refused(tmp_path):
             check_output_file(locked / "m.json", "--out")
     finally:
         locked.chmod(0o700)
+
+
+def test_a_write_on_a_full_disk_names_the_file_the_bytes_needed_and_free_and_keeps_the_old_file(small_disk):
+    out = small_disk / "out.json"
+    write_text_atomic(out, "old\n")
+    free = fill(small_disk, PAGE)
+    with pytest.raises(DiskFull) as failed:
+        write_text_atomic(out, "x" * (PAGE + 1))  # one page more than is free
+    assert str(failed.value) == full_message(out, PAGE + 1, free)
+    assert files_on(small_disk) == ["out.json"] and out.read_text() == "old\n"
+
+
+def test_a_journal_append_on_a_full_disk_leaves_its_lines_whole(small_disk):
+    journal = small_disk / "scan.jsonl"
+    journal.write_text('{"n": 1}\n')
+    free = fill(small_disk, 0)
+    record = {"n": 2, "text": "y" * PAGE}  # more than the rest of the journal's page
+    with journal.open("a", encoding="utf-8") as log, pytest.raises(DiskFull) as failed:
+        append_record(log, record)
+    assert str(failed.value) == full_message(journal, len(json.dumps(record)) + 1, free)
+    assert journal.read_text() == '{"n": 1}\n'  # the part written is cut off again: the next line starts clean

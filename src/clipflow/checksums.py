@@ -1,18 +1,20 @@
 """sha256 checksums recorded beside the files clipflow writes, in ``sha256sum``'s format.
 
-The writer records ``<file>.sha256`` (``<hex digest>  <file name>``) right after the
-file itself is complete, so that a copy made later, anywhere, can be checked against
-what was written (``sha256sum -c`` reads it too). The checksum file is written
-atomically: a reader sees no checksum or a whole one.
+The writer records ``<file>.sha256`` (``<hex digest>  <file name>``) with the file itself,
+so that a copy made later, anywhere, can be checked against what was written
+(``sha256sum -c`` reads it too). Both are written whole under temporary names first and
+renamed only then (:func:`put_with_checksum`): a full disk leaves the old pair, never a
+file without its checksum, and a reader sees no checksum or a whole one.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from pathlib import Path
 
-from clipflow.files import write_text_atomic
+from clipflow.files import temp_beside, write_text_atomic
 
 SUFFIX = ".sha256"
 LINE = re.compile(r"^([0-9a-f]{64}) [ *](.+)$")
@@ -41,11 +43,27 @@ def record_checksum(path: str | Path) -> str:
 
 
 def write_text_with_checksum(path: str | Path, text: str) -> None:
-    """``text`` written atomically to ``path``, then its checksum; the old checksum goes first, so a crash in
-    between leaves the file without one (reported as such), never beside a checksum of other contents."""
-    checksum_path(path).unlink(missing_ok=True)
-    write_text_atomic(path, text)
-    record_checksum(path)
+    """``text`` written atomically to ``path`` with its checksum (:func:`put_with_checksum`)."""
+    path = Path(path)
+    data = text.encode("utf-8")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with temp_beside(path, needed=len(data)) as tmp:
+        tmp.write_bytes(data)
+        put_with_checksum(tmp, path, hashlib.sha256(data).hexdigest())
+
+
+def put_with_checksum(tmp: Path, path: Path, digest: str | None = None) -> None:
+    """The complete file ``tmp`` renamed onto ``path`` with its checksum (``digest``, or computed), both written
+    before either is renamed: a full disk leaves the old pair as it was. The old checksum goes just before the
+    renames, so a crash between them leaves the file without one (reported as such), never beside a checksum of
+    other contents."""
+    digest = digest or sha256_of(tmp)
+    line = f"{digest}  {path.name}\n".encode()
+    with temp_beside(checksum_path(path), needed=len(line)) as tmp_sum:
+        tmp_sum.write_bytes(line)
+        checksum_path(path).unlink(missing_ok=True)
+        os.replace(tmp, path)
+        os.replace(tmp_sum, checksum_path(path))
 
 
 def parse_checksum(text: str, name: str) -> str:

@@ -13,6 +13,7 @@ libraries writing to the file descriptors directly) reaches only the launcher's 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import sys
 import threading
@@ -22,6 +23,7 @@ from typing import IO
 
 from clipflow.checksums import checksum_path, record_checksum
 from clipflow.environment import NAMES, read_env
+from clipflow.errors import ClipflowError
 
 ENV = NAMES["host_log"]
 FOLDER = "on-host"  # beside the launcher's logs of a run: <log-dir>/on-host/<role>-<rank>.log
@@ -41,18 +43,27 @@ class _Tee:
     """A text stream that writes to the console stream and to the host log (flushed at each write, so a forked
     child never repeats a parent's buffered text)."""
 
-    def __init__(self, stream: IO[str], log: IO[str], lock: threading.Lock) -> None:
+    def __init__(self, stream: IO[str], log: IO[str], lock: threading.Lock, console_err: IO[str]) -> None:
         self._stream = stream
         self._log = log
         self._lock = lock
+        self._console_err = console_err  # where the warning goes when the log cannot be written
 
     def write(self, text: str) -> int:
         written = self._stream.write(text)
         with self._lock:
             if not self._log.closed:
-                self._log.write(text)
-                self._log.flush()
+                try:
+                    self._log.write(text)
+                    self._log.flush()
+                except OSError as exc:  # a full disk: the console keeps the rest, the process goes on
+                    self._give_up(exc)
         return written
+
+    def _give_up(self, exc: OSError) -> None:
+        with contextlib.suppress(OSError):
+            self._log.close()  # closed even when its last flush fails: neither stream writes to it again
+        self._console_err.write(f"clipflow: warning: the host log {self._log.name} ends here ({exc.strerror or exc})\n")
 
     def flush(self) -> None:
         self._stream.flush()
@@ -76,18 +87,18 @@ def start_from_env(environ: MutableMapping[str, str] = os.environ) -> Path | Non
         return None
     lock = threading.Lock()
     streams = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = _Tee(streams[0], log, lock), _Tee(streams[1], log, lock)
+    sys.stdout, sys.stderr = _Tee(streams[0], log, lock, streams[1]), _Tee(streams[1], log, lock, streams[1])
     pid = os.getpid()
 
     def finish() -> None:
         if os.getpid() != pid:  # a forked child exiting: the parent owns the log
             return
         sys.stdout, sys.stderr = streams
-        with lock:
-            log.close()
         try:
+            with lock:
+                log.close()
             record_checksum(path)
-        except OSError as exc:
+        except (OSError, ClipflowError) as exc:  # a full disk (DiskFull) included
             print(f"clipflow: warning: cannot record the checksum of {path} ({exc})", file=sys.stderr)
 
     atexit.register(finish)

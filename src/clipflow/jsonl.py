@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO
 
 from clipflow.checksums import checksum_path, record_checksum
+from clipflow.files import DiskFull, room_for
 from clipflow.textfile import decode, named, parse_object, read_bytes
 
 CUT = ".cut-"  # <record>.cut-<n>: a cut last line, set aside
@@ -140,6 +141,17 @@ def journal_lines(journal: Path, log: Callable[[str], None] = print) -> Iterator
 
 
 def append_record(log: IO[str], record: dict) -> None:
-    """Appends one journal record and flushes it, so a kill loses at most the line being written."""
-    log.write(json.dumps(record) + "\n")
+    """Appends one journal record, unbuffered, so a kill loses at most the line being written; a full disk cuts
+    the part it wrote off again and is :class:`clipflow.files.DiskFull`."""
+    data = (json.dumps(record) + "\n").encode("utf-8")
     log.flush()
+    fd = log.fileno()
+    size = os.fstat(fd).st_size
+    try:
+        with room_for(log.name, len(data)):
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+    except DiskFull:
+        os.ftruncate(fd, size)
+        raise

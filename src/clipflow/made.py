@@ -78,7 +78,7 @@ class Made:
         """``data`` written atomically to ``folder``/``name``, recorded as clipflow's."""
         path = self.folder / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        with temp_beside(path) as tmp:
+        with temp_beside(path, needed=len(data)) as tmp:
             tmp.write_bytes(data)
             self.adopt([(name, tmp, hashlib.sha256(data).hexdigest())])
         return path

@@ -11,8 +11,9 @@ names the setting with its old and new value.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
+
+from clipflow.files import write_text_atomic
 
 # the cluster settings that change what training computes; the rest (hosts, placement, ports, ssh, storage,
 # timeouts) only say where it runs
@@ -40,5 +41,5 @@ def train_settings(config: dict, recipe: dict) -> dict[str, str]:
 
 def write_settings(path: str, lines: list[str], log: str) -> None:
     """The train_settings rule's output: one ``name=value`` line each, and a line of log saying how many."""
-    Path(path).write_text("".join(f"{line}\n" for line in lines))
-    Path(log).write_text(f"{len(lines)} settings the trained model depends on: {path}\n")
+    write_text_atomic(path, "".join(f"{line}\n" for line in lines))
+    write_text_atomic(log, f"{len(lines)} settings the trained model depends on: {path}\n")

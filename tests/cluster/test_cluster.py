@@ -6,6 +6,7 @@ is in tests/cluster/test_cluster_hosts.py, on sshd hosts in network namespaces.
 
 from __future__ import annotations
 
+import json
 import stat
 import subprocess
 import sys
@@ -13,7 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import clipflow, python_env
+from disk_helpers import files_on, fill, full_message
+from helpers import assert_refused, clipflow, python_env
 
 from clipflow.errors import ClipflowError
 from clipflow.hosts.hostsfile import Host, hosts_from_config
@@ -201,3 +203,20 @@ def test_storage_decision_is_read_or_refused(tmp_path: Path) -> None:
         with pytest.raises(ClipflowError, match="rerun the cluster check") as err:
             read_storage(checks)
         assert words in str(err.value) and str(checks) in str(err.value)
+
+
+def test_staging_on_a_full_disk_is_one_line_and_writes_no_staged_json(tmp_path: Path, small_disk: Path) -> None:
+    """Issue 30: the staging record written on a full disk (shared storage: the only file stage writes here)."""
+    plan = tmp_path / "plan.json"
+    made = clipflow("cluster", "plan", "--num-workers", "1", "--root-port", str(free_port()), "--out", str(plan))
+    assert made.returncode == 0, made.stderr
+    checks = tmp_path / "checks.json"
+    checks.write_text('{"ok": true, "storage": {"setting": "auto", "mode": "shared", "reason": "one root"}}')
+    free = fill(small_disk, 0)
+    out = small_disk / "staged.json"
+    line = assert_refused(clipflow("cluster", "stage", "--plan", str(plan), "--checks", str(checks), "--index-dir",
+                                   str(tmp_path), "--splits-dir", str(tmp_path), "--root", str(tmp_path), "--name",
+                                   "set", "--out", str(out)))  # fmt: skip
+    staged = json.dumps({"version": 1, "storage": "shared"}, indent=2) + "\n"
+    assert line == "clipflow: error: " + full_message(out, len(staged), free)
+    assert files_on(small_disk) == []

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from disk_helpers import PAGE, files_on, fill, full_message
 from helpers import assert_refused, python_env
 from launch_helpers import TINY, launch, scanned_val, two_splits
 from safety_helpers import listing
@@ -184,3 +185,20 @@ def test_collecting_twice_into_its_own_folder_replaces_its_earlier_collection(tr
     assert json.loads((out / "manifest.json").read_text())["verified"] is True
     assert sorted(listing(out)) == names and not (tmp_path / "collected.partial").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["collected"]
+
+
+def test_a_collection_on_a_full_disk_stops_in_one_line_and_leaves_nothing_under_out(
+    trained: Path, small_disk: Path
+) -> None:
+    """Issue 30: every file collect writes goes through a temporary name; a full disk stops it in one line."""
+    free = fill(small_disk, PAGE)  # the partial folder's marker fits, then nothing
+    out = small_disk / "collected"
+    line = assert_refused(collect(trained, out))
+    on_host = trained / "logs" / "on-host"
+    first = next(role for role in ROLES if (on_host / f"{role}.log").stat().st_size)  # an empty log fits
+    needed = (on_host / f"{first}.log").stat().st_size
+    assert line == "clipflow: error: " + full_message(small_disk / f"collected.partial/logs/{first}.log", needed,
+                                                      free - PAGE)  # fmt: skip
+    empty = [f"collected.partial/logs/{role}.log" for role in ROLES[: ROLES.index(first)]]
+    assert files_on(small_disk) == sorted([f"collected.partial/{MARKER}", *empty])
+    assert not out.exists()

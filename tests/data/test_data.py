@@ -5,6 +5,8 @@ import shutil
 
 import numpy as np
 import pytest
+from disk_helpers import PAGE, files_on, fill, full_message
+from helpers import assert_refused, clipflow
 
 from clipflow.data.dataset import SlowFastClips
 from clipflow.data.listfile import VideoEntry, read_list, write_list
@@ -26,6 +28,19 @@ def test_synthetic_set_is_made_once(tiny_videos):
     assert {p: p.stat().st_mtime_ns for p in videos} == stamps
     labels = read_list(tiny_videos / "train_labels.txt")
     assert {e.label for e in labels} == set(range(len(CLASSES)))
+
+
+def test_a_synthetic_set_on_a_full_disk_is_one_line_and_leaves_no_video_under_its_name(small_disk):
+    """Issue 30: a full disk ended `data synth` in a traceback."""
+    out = small_disk / "set"
+    free = fill(small_disk, 5 * PAGE)  # the lists, the class index and clipflow's record fit; the first video does not
+    line = assert_refused(clipflow("data", "synth", "--out-dir", str(out), "--num-train", "8", "--num-val", "8",
+                                   "--min-frames", "24", "--max-frames", "24", "--short-side", "128",
+                                   "--workers", "1"))  # fmt: skip
+    first = out / f"videos/train/train_00000_{CLASSES[0]}.mp4"
+    assert line == "clipflow: error: " + full_message(first, f"more than {PAGE}", PAGE), free
+    assert files_on(small_disk) == ["set/.clipflow-made.json", "set/classes.txt", "set/train_labels.txt",
+                                    "set/val_labels.txt"]  # fmt: skip
 
 
 def test_scan_counts_frames_and_keeps_good_videos(tiny_videos, tmp_path):

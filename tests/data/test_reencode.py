@@ -11,6 +11,7 @@ from pathlib import Path
 import av
 import decord
 import pytest
+from disk_helpers import PAGE, files_on, fill, full_message
 from reencode_helpers import frame_number, write_counter_video
 
 from clipflow.data.listfile import VideoEntry
@@ -224,3 +225,13 @@ def test_videos_of_one_folder_sharing_a_stem_are_reencoded_apart(tmp_path):
     ]  # fmt: skip
     with av.open(str(tmp_path / "out" / "a.mkv.mp4")) as out:
         assert out.streams.video[0].frames == 20
+
+
+def test_a_reencode_on_a_full_disk_is_one_line_and_leaves_no_video_under_its_name(tmp_path, source, small_disk):
+    """Issue 30: an output video written on a full disk; the journal keeps only whole lines."""
+    dst_root = small_disk / "dst"
+    free = fill(small_disk, PAGE)  # less than the video needs
+    with pytest.raises(ClipflowError) as failed:
+        reencode_tree([source.name], source.parent, dst_root, ReencodeSpec(short_side=64))
+    assert str(failed.value) == full_message(dst_root / "counter.mp4", f"more than {PAGE}", free)
+    assert files_on(small_disk) == [f"dst/{JOURNAL}"] and (dst_root / JOURNAL).read_text() == ""

@@ -10,7 +10,8 @@ import time
 
 import numpy as np
 import pytest
-from helpers import python_env
+from disk_helpers import files_on, fill, full_message
+from helpers import assert_refused, clipflow, python_env
 
 from clipflow.data.listfile import VideoEntry, write_list
 from clipflow.data.scan import ShortVideos, scan, scan_lists
@@ -197,3 +198,25 @@ def test_videos_shorter_than_a_clip_are_counted_and_kept_or_left_out_with_the_re
         assert train["videos"] == 4 and failures == []
         assert "train: 2 kept videos are shorter than a clip's window of 16 frames: their clips repeat frames " \
                "(data.short_videos: leave_out leaves them out)" in said  # fmt: skip
+
+
+def test_a_scan_on_a_full_disk_is_one_line_and_leaves_its_journals_and_no_half_index(tmp_path, tiny_videos, small_disk):
+    """Issue 30: the index written on a full disk; the journals the scan resumes from stay whole."""
+    lines = (tiny_videos / "train_labels.txt").read_text().splitlines()
+    (tmp_path / "train.txt").write_text("\n".join(lines[:2]) + "\n")
+    (tmp_path / "val.txt").write_text("\n".join(lines[2:3]) + "\n")
+    out = small_disk / "index"
+    args = ["data", "scan", "--train-list", str(tmp_path / "train.txt"), "--val-list", str(tmp_path / "val.txt"),
+            "--root", str(tiny_videos), "--num-classes", "8", "--out-dir", str(out), "--workers", "1"]  # fmt: skip
+    done = clipflow(*args)  # with room: the journals, then the index
+    assert done.returncode == 0, done.stderr
+    needed = (out / "train.lst").stat().st_size
+    for name in ("train.lst", "val.lst", "manifest.json", "videos.json"):  # clipflow's, recorded: a rerun remakes them
+        (out / name).unlink()
+    kept = files_on(small_disk)
+    free = fill(small_disk, 0)
+    line = assert_refused(clipflow(*args))  # the journals answer for every video; the first list finds no room
+    assert line == "clipflow: error: " + full_message(out / "train.lst", needed, free)
+    assert (
+        files_on(small_disk) == kept == ["index/.clipflow-made.json", "index/train.scan.jsonl", "index/val.scan.jsonl"]
+    )

@@ -11,6 +11,7 @@ import time
 
 import pytest
 import torch
+from disk_helpers import PAGE, files_on, fill, full_message
 from helpers import assert_refused, python_env
 from launch_helpers import scanned_val
 from safety_helpers import listing
@@ -222,3 +223,15 @@ def test_an_out_or_log_dir_that_cannot_be_written_is_refused_before_any_scoring(
     bad_logs = clipflow_evaluate("launch", "--plan", str(plan), "--log-dir", str(tmp_path / "file"), *inputs)
     assert_refused(bad_logs, f"--log-dir {tmp_path / 'file'} is a file, not a folder")
     assert listing(tmp_path) == before
+
+
+def test_metrics_on_a_full_disk_are_one_line_and_never_left_without_their_checksum(tmp_path, cifar, small_disk):
+    """Issue 30: a full disk ended evaluate in a traceback, metrics.json left without its .sha256."""
+    model = save_untrained(tmp_path / "model.pt", "resnet18_cifar10", {})
+    free = fill(small_disk, PAGE)  # room for metrics.json (10 classes: about 2.8 KB), none for its checksum
+    out = small_disk / "metrics.json"
+    line = assert_refused(clipflow_evaluate("--model", str(model), "--list", str(cifar / "index/val.lst"), "--root",
+                                            str(cifar / "batches"), "--out", str(out)))  # fmt: skip
+    checksum = f"{'0' * 64}  metrics.json\n"  # the sha256 line's length
+    assert line == "clipflow: error: " + full_message(f"{out}.sha256", len(checksum), free)
+    assert files_on(small_disk) == []

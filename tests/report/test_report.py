@@ -8,7 +8,8 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import clipflow
+from disk_helpers import files_on, fill, full_message
+from helpers import assert_refused, clipflow
 from report_helpers import CHROMIUM, TAB_BLUE, colour_columns, embedded_figures, ink, screenshot
 
 from clipflow.errors import ClipflowError
@@ -185,6 +186,20 @@ def test_broken_inputs_are_named(tmp_path):
                     "--out-dir", str(out))  # fmt: skip
     assert done.returncode == 2
     assert "has no 'top1': is it the evaluate stage's output?" in done.stderr
+
+
+def test_a_report_on_a_full_disk_is_one_line_and_leaves_no_figure(tmp_path, small_disk):
+    """Issue 30: a full disk ended the report in a traceback with a 0-byte confusion.png left."""
+    run = write_run(tmp_path / "results", "r", 2, [9.0, 18.0])
+    inputs = ["--metrics", str(run / "metrics.json"), "--history", str(run / "train/metrics.jsonl"),
+              "--manifest", str(run / "manifest.json"), "--plan", str(run / "cluster/plan.json")]  # fmt: skip
+    whole = tmp_path / "whole"  # the same report on a disk with room: the figure's size
+    assert clipflow("report", *inputs, "--out-dir", str(whole)).returncode == 0
+    free = fill(small_disk, 0)
+    line = assert_refused(clipflow("report", *inputs, "--out-dir", str(small_disk / "report")))
+    needed = (whole / "confusion.png").stat().st_size  # the first figure written
+    assert line == "clipflow: error: " + full_message(small_disk / "report/confusion.png", needed, free)
+    assert files_on(small_disk) == []
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium package is not installed (.ci/run installs it)")

@@ -35,6 +35,9 @@ def test_missing_video_in_one_workers_list_ends_the_run_naming_it(tmp_path, tiny
     assert done.returncode == 2, out
     assert f"video {tiny_videos}/videos/train/gone.mp4 (listed in {splits}/worker1.lst line 1) does not exist" in out
     assert "worker 1 on localhost failed (exit code 2)" in out
+    # what a rerun goes on from, truly (issue 30: it said "resume from the last checkpoint" when none was saved)
+    assert done.stderr.splitlines()[-1] == (f"clipflow: error: training failed (exit 2); {tmp_path / 'ckpt'} holds no "
+                                            "complete checkpoint, so a rerun starts afresh")  # fmt: skip
     assert time.monotonic() - began < 120
     assert not (tmp_path / "model.pt").exists()
 

@@ -74,6 +74,7 @@ def cmd_launch(a: argparse.Namespace) -> int:
     from clipflow.cluster.prediction import format_prediction, prediction_of
     from clipflow.errors import RESUMABLE
     from clipflow.launch.start import HostRun
+    from clipflow.train.checkpoint import resumable_from
     from clipflow.train.launch import launch_training
 
     source = Path(a.job) if a.job else None
@@ -83,10 +84,13 @@ def cmd_launch(a: argparse.Namespace) -> int:
         prediction = prediction_of(Path(a.plan).parent / "checks.json")
         if prediction:
             print(f"clipflow train: {format_prediction(prediction)}", flush=True)
-    code = launch_training(job_from_args(a), a.log_dir, a.grace, on_notice, source, local, a.slurm_notice)
-    if code == RESUMABLE:  # the launcher said where it stopped and that a rerun goes on from there
+    job = job_from_args(a)
+    code = launch_training(job, a.log_dir, a.grace, on_notice, source, local, a.slurm_notice)
+    if code == RESUMABLE or not code:  # RESUMABLE: the launcher said where it stopped and that a rerun goes on
         return code
-    return launched(code, "training", "rerun to resume from the last checkpoint")
+    if local is not None:  # the checkpoints are on the hosts' own disks, not here
+        return launched(code, "training", "a rerun resumes from rank 0's newest checkpoint on its host, if it has one")
+    return launched(code, "training", resumable_from(job.paths.checkpoint_root))
 
 
 def cmd_worker(a: argparse.Namespace) -> int:

@@ -29,6 +29,7 @@ from clipflow.cluster.links import LinkCheck, format_links, measure_links
 from clipflow.cluster.prediction import PredictionInputs, format_prediction
 from clipflow.cluster.storage_decision import StorageDecision, StorageMarker, decide_storage, judge_paths
 from clipflow.errors import ClipflowError
+from clipflow.files import write_text_atomic
 from clipflow.hosts.hostsfile import Host
 from clipflow.hosts.plan import Plan
 from clipflow.hosts.remote_python import RemoteScriptError, run_remote_python
@@ -167,7 +168,7 @@ def write_checks(checks: list[HostCheck], path: str | Path, storage: StorageDeci
         data["storage"] = asdict(storage)
     if links is not None:
         data["links"] = links.to_dict()
-    path.write_text(json.dumps(data, indent=2) + "\n")
+    write_text_atomic(path, json.dumps(data, indent=2) + "\n")
 
 
 def failure_message(checks: list[HostCheck]) -> str | None:

@@ -27,7 +27,7 @@ import paramiko
 
 from clipflow.checksums import SUFFIX
 from clipflow.errors import ClipflowError
-from clipflow.files import write_text_atomic
+from clipflow.files import DiskFull, write_text_atomic
 from clipflow.host_log import host_log_path
 from clipflow.hosts.files import LocalFiles, open_host
 from clipflow.hosts.plan import Plan, Role
@@ -88,7 +88,7 @@ def collect(plan: Plan, log_dir: str, checkpoint_root: str, model: str, out: Pat
         (out / MANIFEST).unlink(missing_ok=True)  # an earlier collection must not pass for this one
         _remove_own(partial)
         (partial / "logs").mkdir(parents=True)
-        (partial / MARKER).write_text(MARKER_TEXT, encoding="utf-8")
+        write_text_atomic(partial / MARKER, MARKER_TEXT)
         (partial / "checkpoints").mkdir()
         (partial / "tensorboard").mkdir()
     except OSError as exc:
@@ -239,6 +239,8 @@ def _fetch(where, item: Wanted, partial: Path, problems: list[str]) -> Collected
     local = partial / item.local
     try:
         digest = fetch_checked(where, item.remote, local, checksum_beside=False)
+    except DiskFull:
+        raise  # the collection stops: no file after it would fit either
     except ClipflowError as exc:
         problems.append(str(exc))
         return None

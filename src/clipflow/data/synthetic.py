@@ -150,17 +150,20 @@ def generate(out_dir: str | Path, spec: SyntheticSpec, workers: int = 1) -> dict
     for name, text in texts.items():
         made.write_text(name, text)
     finished: list[tuple[str, Path, str]] = []
-    try:
-        with ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
-            results = pool.map(_make_one, jobs, chunksize=8)
-            for done in tqdm(results, total=len(jobs), desc="synthetic videos", disable=read_env().no_progress):
+    with ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
+        futures = [pool.submit(_make_one, job) for job in jobs]
+        try:
+            for future in tqdm(futures, desc="synthetic videos", disable=read_env().no_progress):
+                done = future.result()
                 finished += [done] if done is not None else []
                 if len(finished) >= ADOPT_EVERY:
                     made.adopt(finished)
                     finished = []
-        made.adopt(finished)
-        finished = []
-    finally:
-        for _, tmp, _ in finished:
-            tmp.unlink(missing_ok=True)
+            made.adopt(finished)
+            finished = []
+        finally:  # a failure (a full disk): no video starts after it, and none made is left under a temporary name
+            pool.shutdown(wait=True, cancel_futures=True)
+            left = [f.result() for f in futures if f.done() and not f.cancelled() and f.exception() is None]
+            for _, tmp, _ in [*finished, *(done for done in left if done is not None)]:
+                tmp.unlink(missing_ok=True)
     return {split: out / f"{split}_labels.txt" for split in ("train", "val")}

@@ -49,6 +49,9 @@ class LocalFiles:
     def copy(self, path: str, local: Path) -> None:
         shutil.copyfile(self._path(path), local)
 
+    def size(self, path: str) -> int:
+        return self._path(path).stat().st_size
+
     def close(self) -> None:
         pass
 

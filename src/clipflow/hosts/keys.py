@@ -24,6 +24,7 @@ import subprocess
 from pathlib import Path
 
 from clipflow.errors import ClipflowError
+from clipflow.files import write_text_atomic
 from clipflow.hosts.hostsfile import Host
 from clipflow.hosts.ssh import SshSettings, connect, debug_command
 
@@ -49,7 +50,7 @@ def ensure_local_key(key: Path, kind: str = "ed25519") -> list[str]:
         changes.append(f"{key} had mode {mode:o}, which ssh refuses ('permissions are too open'): now 600")
     body = _keygen(["-y", "-P", "", "-f", str(key)], what=f"{key} is not a private key clipflow can use unattended")
     if not public.exists():
-        public.write_text(body.strip() + "\n")
+        write_text_atomic(public, body.strip() + "\n")
         changes.append(f"wrote the missing public key {public}")
     return changes
 
@@ -161,6 +162,5 @@ def authorize_hosts(hosts: list[Host], settings: SshSettings, key_type: str, out
         log(f"clipflow cluster: {host}: " + ("; ".join(changes) if changes else "nothing to change"))
     report["pinned"] = settings.pinned
     if out:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(report, indent=2) + "\n")
+        write_text_atomic(out, json.dumps(report, indent=2) + "\n")
     return report

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from clipflow.environment import SECURITY_MODES, read_env
 from clipflow.errors import ClipflowError
+from clipflow.files import write_text_atomic
 from clipflow.hosts.hostsfile import Host, hosts_from_config, parse_host, read_hosts_file
 from clipflow.hosts.ports import port_free
 from clipflow.hosts.ssh import SshSettings
@@ -148,9 +149,7 @@ class Plan:
                 )
 
     def write(self, path: str | Path) -> None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        write_text_atomic(path, json.dumps(self.to_dict(), indent=2) + "\n")
 
     @classmethod
     def read(cls, path: str | Path, launching: bool = False) -> Plan:

@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 from clipflow.errors import ClipflowError
+from clipflow.files import write_text_atomic
 from clipflow.hosts.hostsfile import Host
 from clipflow.hosts.plan import Plan
 from clipflow.hosts.ssh import SshSettings, ssh_options
@@ -83,4 +84,4 @@ def sync_plan(plan: Plan, src: str | Path, dst: str, stamp: str | Path = "", log
         sync_host(Path(src).absolute(), host, dst, settings)
         log(f"clipflow cluster: {host}: {src} synced to {dst}")
     if stamp:
-        Path(stamp).write_text("\n".join(plan.hosts) + "\n")
+        write_text_atomic(stamp, "\n".join(plan.hosts) + "\n")

@@ -37,7 +37,7 @@ def fetch_checked(where, remote: str, local: str | Path, checksum_beside: bool =
     local = Path(local)
     recorded = recorded_sha256(where, remote)
     local.parent.mkdir(parents=True, exist_ok=True)
-    with temp_beside(local) as tmp:
+    with temp_beside(local, needed=where.size(remote)) as tmp:
         where.copy(remote, tmp)
         got = sha256_of(tmp)
         if got != recorded:

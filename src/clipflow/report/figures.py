@@ -6,6 +6,7 @@ Sized to be read on a screen without zooming: 13 inches wide at 100 dpi (1,300 p
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import matplotlib
@@ -14,6 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from clipflow.files import write_bytes_atomic  # noqa: E402
 from clipflow.report.scaling import ScalingPoint  # noqa: E402
 
 DPI = 100
@@ -22,9 +24,15 @@ STYLE = {"font.size": 11, "axes.titlesize": 12, "axes.grid": True, "grid.alpha":
 
 
 def _save(fig, out: Path) -> Path:
+    """The figure drawn in memory, then written whole to ``out`` (:func:`write_bytes_atomic`: a full disk is one line
+    with the bytes it needed, and no file under ``out``'s name)."""
     fig.tight_layout()
-    fig.savefig(out, dpi=DPI)
-    plt.close(fig)
+    drawn = io.BytesIO()
+    try:
+        fig.savefig(drawn, dpi=DPI, format=out.suffix.lstrip(".") or "png")
+    finally:
+        plt.close(fig)
+    write_bytes_atomic(out, drawn.getvalue())
     return out
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clipflow.errors import ClipflowError
-from clipflow.files import check_output_dir
+from clipflow.files import check_output_dir, write_text_atomic
 from clipflow.report import figures
 from clipflow.report.compare import comparisons
 from clipflow.report.history import read_history
@@ -388,5 +388,5 @@ def write_report(inputs: ReportInputs, out_dir: str | Path, run: str = "") -> Pa
     ])  # fmt: skip
     page = (f'<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
             f"<style>{CSS}</style></head><body>{body}</body></html>\n")  # fmt: skip
-    (out / "report.html").write_text(page, encoding="utf-8")
+    write_text_atomic(out / "report.html", page)
     return out / "report.html"

@@ -14,14 +14,16 @@ it (``<file>.sha256``), which collection checks its copies with.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from clipflow.checksums import checksum_path, record_checksum
+from clipflow.checksums import checksum_path, parse_checksum, put_with_checksum, sha256_of
 from clipflow.errors import ClipflowError
-from clipflow.files import temp_beside
+from clipflow.files import DiskFull, temp_beside
 
 NAME = re.compile(r"^epoch_(\d{4,})(?:_iter_(\d{6,}))?\.pt$")
 Point = tuple[int, int]  # (epoch, iterations done in it; 0: the epoch is complete)
@@ -47,25 +49,71 @@ def checkpoint_name(epoch: int, iteration: int = 0) -> str:
 
 def atomic_save(obj: Any, path: str | Path) -> None:
     """Temp file in the same folder, fsync, rename, fsync the folder: a crash leaves the old file or the new one.
-    Then ``<path>.sha256`` records the file's checksum (a crash before that leaves the file without one, which
-    collection reports)."""
+    ``<path>.sha256`` is written beside it before the rename and renamed with it (:func:`put_with_checksum`). A
+    full disk removes the temporary files and is :class:`DiskFull` (a worker adds what a rerun resumes from:
+    :func:`telling_resume`)."""
     import torch  # here, not at the top: the launcher, restarts and collect read checkpoints' names, not tensors
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with temp_beside(path.with_name(f".{path.name}")) as tmp:  # a new file: never one that was there
+    with temp_beside(path, prefix=".") as tmp:  # a new file (never one that was there), no checkpoint's name
         with tmp.open("wb") as fh:
-            torch.save(obj, fh)
+            sink = _Sink(fh)
+            try:
+                torch.save(obj, sink)
+            except RuntimeError:  # torch's writer turns its file's OSError into a RuntimeError: the OSError it was
+                if sink.error is None:
+                    raise
+                raise sink.error from None
             fh.flush()
             os.fsync(fh.fileno())
-        checksum_path(path).unlink(missing_ok=True)  # the old file's: never left beside the new one
-        os.replace(tmp, path)
-    record_checksum(path)
+        put_with_checksum(tmp, path)
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+class _Sink:
+    """The file torch.save writes to, keeping the OSError of a write (a full disk's), which torch's zip writer
+    reports only as a RuntimeError."""
+
+    def __init__(self, fh: Any) -> None:
+        self.fh, self.error = fh, None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self.fh.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
+
+    def flush(self) -> None:
+        self.fh.flush()
+
+
+@contextlib.contextmanager
+def telling_resume(folder: Path) -> Iterator[None]:
+    """A worker's training, whose checkpoints go to ``folder``: a full disk in it (:class:`DiskFull`, a checkpoint
+    or any other file) also says what a rerun resumes from (:func:`resumable_from`)."""
+    try:
+        yield
+    except DiskFull as exc:
+        raise DiskFull(f"{exc}; {resumable_from(folder)}") from None
+
+
+def resumable_from(folder: Path) -> str:
+    """What a rerun of the run whose checkpoints are in ``folder`` goes on from, truly: its newest checkpoint whose
+    bytes match the sha256 recorded beside it, or that there is none and the run starts afresh."""
+    for point in reversed(order_points([p.name for p in folder.iterdir()] if folder.is_dir() else [])):
+        path = folder / checkpoint_name(*point)
+        try:
+            if parse_checksum(checksum_path(path).read_text(encoding="utf-8"), path.name) == sha256_of(path):
+                return f"a rerun resumes from {path}"
+        except (OSError, ValueError):
+            continue
+    return f"{folder} holds no complete checkpoint, so a rerun starts afresh"
 
 
 class CheckpointStore:

@@ -33,8 +33,10 @@ worker shares; on hosts with their own disks (staged data) a resize inside an ep
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +45,7 @@ from typing import TYPE_CHECKING
 from clipflow.data.listfile import VideoEntry, list_text, parse_line
 from clipflow.data.splits import epoch_order
 from clipflow.errors import ClipflowError
+from clipflow.files import DiskFull, room_for
 
 if TYPE_CHECKING:  # torch is imported where a worker needs it: the launcher reads layouts without it
     import torch
@@ -243,5 +246,12 @@ class SampleLog:
     def write(self, epoch: int, step: int, rows: list[tuple[int, str, float]]) -> None:
         if self.path is None:
             return
-        with self.path.open("a") as fh:
-            fh.writelines(f"{self.attempt}\t{epoch}\t{step}\t{slot}\t{path}\t{w:g}\n" for slot, path, w in rows)
+        text = "".join(f"{self.attempt}\t{epoch}\t{step}\t{slot}\t{path}\t{w:g}\n" for slot, path, w in rows)
+        size = self.path.stat().st_size if self.path.exists() else 0
+        try:
+            with room_for(self.path, len(text.encode())), self.path.open("a") as fh:
+                fh.write(text)
+        except DiskFull:
+            with contextlib.suppress(OSError):
+                os.truncate(self.path, size)  # no cut line: the next step's rows start on a line of their own
+            raise

@@ -19,6 +19,7 @@ import torch
 from clipflow.environment import read_env
 from clipflow.errors import RESUMABLE
 from clipflow.launch.notice import Notice, StoppedOnNotice
+from clipflow.train.checkpoint import telling_resume
 from clipflow.train.comm import DDPConfig, PSComm, run_in_group
 from clipflow.train.device import worker_device
 from clipflow.train.job import TrainJob
@@ -53,6 +54,11 @@ def _train_share(job_path: Path, rank: int, notice: Notice) -> int:
     job = TrainJob.read(job_path.expanduser())
     job = dataclasses.replace(job, paths=job.paths.expanded())  # a host's own folder may be named from ~
     job.check_rank(rank)
+    with telling_resume(job.paths.checkpoint_root):  # a full disk's message says what a rerun resumes from
+        return _train(job, rank, notice)
+
+
+def _train(job: TrainJob, rank: int, notice: Notice) -> int:
     device = bootstrap()
     from clipflow.train.trainer import Trainer  # here: evaluate workers bootstrap from this module too
 
