@@ -236,7 +236,7 @@ def run_once(hosts: Hosts, n: int, backend: str, args: argparse.Namespace, port:
     """``backend`` on the first ``n`` hosts; per-worker results (rank 0 first)."""
     w = WORKERS_PER_HOST
     if backend == "ddp":
-        base = child_env(GLOO_SOCKET_IFNAME="eth0", CLIPFLOW_BENCH_ROOT=f"{hosts.addresses[0]}:{port}")
+        base = child_env(GLOO_SOCKET_IFNAME="eth0", BENCH_CLIPFLOW_ROOT=f"{hosts.addresses[0]}:{port}")
         cmds = [
             (hosts.argv(h, [*worker_argv(args, "ddp-rank"), "--rank", str(h * w + j), "--world", str(n * w)]), base)
             for h in range(n)
@@ -424,7 +424,7 @@ def ddp_rank(args: argparse.Namespace) -> None:
     import torch.distributed as dist
 
     sizes = args.sizes
-    root = os.environ["CLIPFLOW_BENCH_ROOT"]
+    root = os.environ["BENCH_CLIPFLOW_ROOT"]
     dist.init_process_group("gloo", init_method=f"tcp://{root}", rank=args.rank, world_size=args.world)
     grads = [torch.ones(numel) for numel in sizes]
 

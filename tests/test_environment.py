@@ -4,12 +4,15 @@ in docs/settings.md with its default."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from dataclasses import fields
 from pathlib import Path
 
 import pytest
+from helpers import assert_refused, python_env
 
-from clipflow.environment import VARIABLES, ClipflowEnv
+from clipflow.environment import VARIABLES, ClipflowEnv, unknown_variables
 from clipflow.errors import ClipflowError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -81,3 +84,63 @@ def test_values_are_typed():
     assert (env.ps_keys, env.torch_threads, env.ps_shm, env.fault_kill, env.no_progress) == (
         Path("/keys"), 3, False, (1, 2, 0), True,
     )  # fmt: skip
+
+
+def test_a_sample_log_that_is_no_usable_folder_is_refused_before_any_process_starts(tmp_path):
+    file = tmp_path / "samples.tsv"
+    file.write_text("")
+    for value, message in (
+        (file, f"CLIPFLOW_SAMPLE_LOG {file} is a file, not a folder: name a folder (it is made when missing)"),
+        (file / "logs", f"CLIPFLOW_SAMPLE_LOG {file / 'logs'}: {file} is a file, so the folder {file / 'logs'} "
+                        "cannot be made; name a path under a folder"),
+    ):  # fmt: skip
+        with pytest.raises(ClipflowError) as caught:
+            ClipflowEnv.from_env({"CLIPFLOW_SAMPLE_LOG": str(value)})
+        assert str(caught.value) == message
+    assert ClipflowEnv.from_env({"CLIPFLOW_SAMPLE_LOG": str(tmp_path / "new" / "log")}).sample_log == (
+        tmp_path / "new" / "log"
+    )  # made by the workers when missing
+    done = subprocess.run([sys.executable, "-m", "clipflow", "launch", "-n", "1", "--log-dir", str(tmp_path / "logs"),
+                           "--", "true"], env={**python_env(), "CLIPFLOW_SAMPLE_LOG": str(file)},
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert_refused(done, f"CLIPFLOW_SAMPLE_LOG {file} is a file, not a folder")
+    assert not (tmp_path / "logs").exists()
+
+
+def test_a_misspelt_variable_is_named_with_the_closest_real_one():
+    env = {"CLIPFLOW_DEVCE": "cpu", "CLIPFLOW_HEARTBEAT_TIMOUT": "9", "CLIPFLOW_XYZZY": "1", "CLIPFLOW_DEVICE": "cpu",
+           "DEVICE": "x"}  # fmt: skip
+    assert unknown_variables(env) == [
+        "CLIPFLOW_DEVCE is not a clipflow setting, so it is ignored; did you mean CLIPFLOW_DEVICE?",
+        "CLIPFLOW_HEARTBEAT_TIMOUT is not a clipflow setting, so it is ignored; did you mean "
+        "CLIPFLOW_HEARTBEAT_TIMEOUT?",
+        "CLIPFLOW_XYZZY is not a clipflow setting, so it is ignored; docs/settings.md lists the settings",
+    ]
+    assert unknown_variables({v.name: v.default for v in VARIABLES}) == []
+    done = subprocess.run([sys.executable, "-m", "clipflow", "status", "none", "--results", "/nonexistent"],
+                          env={**python_env(), "CLIPFLOW_NOPROGRESS": "1"}, capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.stderr.splitlines()[0] == (
+        "clipflow: warning: CLIPFLOW_NOPROGRESS is not a clipflow setting, so it is ignored; did you mean "
+        "CLIPFLOW_NO_PROGRESS?"
+    )
+    assert done.stderr.count("CLIPFLOW_NOPROGRESS") == 1 and done.returncode == 2, done.stderr
+
+
+def test_the_tests_the_workflow_and_the_benchmarks_set_no_variable_clipflow_does_not_read():
+    """A CLIPFLOW_* name they set (a dict key, a keyword, an assignment, a shell prefix) is a real one: a test
+    helper's own variables are named otherwise (PYTEST_CLIPFLOW_*), so every clipflow command stays quiet. This
+    file's misspelt names are the warning's test."""
+    sets = re.compile(r"""(?<![A-Z0-9_])(CLIPFLOW_[A-Z0-9_]+)(?:["']\s*[:\]]|=)""")
+    known = {v.name for v in VARIABLES}
+    found = {
+        f"{path.relative_to(REPO)}: {name}"
+        for folder in ("tests", "workflow", "bench")
+        for path in (REPO / folder).rglob("*")
+        if path != Path(__file__).resolve()
+        and path.is_file()
+        and (path.suffix in (".py", ".smk", ".yaml", ".sh", ".cfg") or path.name == "Snakefile")
+        for name in sets.findall(path.read_text(errors="replace"))
+        if name not in known
+    }
+    assert found == set()

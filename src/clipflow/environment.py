@@ -11,6 +11,7 @@ LOCAL_RANK, Slurm's SLURM_*) are read where they are used, with the readers belo
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 from collections.abc import Callable, Mapping
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clipflow.errors import ClipflowError
+from clipflow.files import check_output_dir
 
 # -- readers: one variable, checked, or a ClipflowError naming it and what it must be ----------------------------
 
@@ -146,6 +148,13 @@ def _path(env: Mapping[str, str], name: str) -> Path | None:
     return None if value is None else Path(value).expanduser()
 
 
+def _folder(env: Mapping[str, str], name: str) -> Path | None:
+    """A folder this process writes into (:func:`_path`): not a file, and there or makeable, checked as the
+    variable is read (:func:`clipflow.files.check_output_dir`), so that no worker meets it later."""
+    path = _path(env, name)
+    return None if path is None else check_output_dir(path, name)
+
+
 VARIABLES = (
     Variable("CLIPFLOW_HEARTBEAT_INTERVAL", "heartbeat_interval", "1", "you",
              "seconds between a node's heartbeats to the scheduler",
@@ -217,7 +226,7 @@ VARIABLES = (
     Variable("CLIPFLOW_SAMPLE_LOG", "sample_log", "", "tests",
              "a folder: every worker appends a line per trained sample after each optimizer step (attempt, epoch, "
              "step, slot, video, weight), to account for every sample of every epoch across restarts and resizes",
-             _path),
+             _folder),
     Variable("CLIPFLOW_FAULT_STEP_S", "fault_step_s", "0", "tests",
              "seconds every worker sleeps after each optimizer step: a run that outlasts a time limit on any CPU",
              lambda env, name: float_var(env, name, "seconds to sleep after each step, a number >= 0", 0.0,
@@ -273,3 +282,20 @@ NAMES = {v.field: v.name for v in VARIABLES}  # field -> variable, for those who
 
 def read_env(environ: Mapping[str, str] | None = None) -> ClipflowEnv:
     return ClipflowEnv.from_env(environ)
+
+
+PREFIX = "CLIPFLOW_"
+
+
+def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
+    """A warning for every ``CLIPFLOW_*`` variable of ``environ`` (default: this process's) that is none of
+    :data:`VARIABLES`, naming the closest one: a misspelt setting would otherwise be ignored without a word."""
+    env = os.environ if environ is None else environ
+    known = [v.name for v in VARIABLES]
+    words = [name.removeprefix(PREFIX) for name in known]  # compared without the prefix they all share
+    warnings = []
+    for name in sorted(n for n in env if n.startswith(PREFIX) and n not in known):
+        close = difflib.get_close_matches(name.removeprefix(PREFIX), words, n=1)
+        hint = f"did you mean {PREFIX}{close[0]}?" if close else "docs/settings.md lists the settings"
+        warnings.append(f"{name} is not a clipflow setting, so it is ignored; {hint}")
+    return warnings

@@ -143,6 +143,18 @@ def test_launch_runs_the_command_on_every_worker_with_the_env_given(tmp_path: Pa
         (["-n", "1"], "no command to launch"),
         (["-n", "1", "-H", "/nonexistent/hosts", "--", "true"], "/nonexistent/hosts"),
         (["-n", "1", "--launcher", "slurm", "--", "true"], "not inside a Slurm allocation"),
+        (
+            ["-n", "1", "--mxnet", "--env", "DMLC_ROLE=worker", "--", "true"],
+            "clipflow: error: --env DMLC_ROLE: a variable the launcher sets for each role itself, from the plan and "
+            "its own flags (-n, -s, --port, --security, --heartbeat-timeout, --log-dir); leave it out of --env, and "
+            "set what it holds with those flags\n",
+        ),
+        (
+            ["-n", "2", "--env", "LOCAL_RANK=0", "--env", "DMLC_NUM_WORKER=4", "--env", "OK=1", "--", "true"],
+            "--env DMLC_NUM_WORKER, LOCAL_RANK: variables the launcher sets for each role itself, from the plan and "
+            "its own flags (-n, -s, --port, --security, --heartbeat-timeout, --log-dir); leave them out of --env, "
+            "and set what they hold with those flags",
+        ),
     ],
 )
 def test_launch_refuses_bad_input_with_a_message(args: list[str], message: str, tmp_path: Path) -> None:
@@ -153,6 +165,7 @@ def test_launch_refuses_bad_input_with_a_message(args: list[str], message: str, 
     )  # fmt: skip
     assert done.returncode == 2, done.stdout + done.stderr
     assert message in done.stderr
+    assert not list(tmp_path.glob("*.log")), "a role was started"
 
 
 def test_slurm_roles_start_with_srun_and_carry_their_values_in_the_environment(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import zmq
 
-MARKER = "bad-messages-sent"  # written in CLIPFLOW_TEST_DIR by the test once every bad message went out
+MARKER = "bad-messages-sent"  # written in PYTEST_CLIPFLOW_DIR by the test once every bad message went out
 HEADER_OK = json.dumps({"op": "push", "key": 0, "seq": 1, "arrays": [["float32", [2]]]}).encode()
 
 
@@ -118,7 +118,7 @@ def main() -> None:
 
     from clipflow.ps import KVStore
 
-    marker = Path(os.environ["CLIPFLOW_TEST_DIR"]) / MARKER
+    marker = Path(os.environ["PYTEST_CLIPFLOW_DIR"]) / MARKER
     kv = KVStore.create("dist_sync")
     kv.init([0, 1], [torch.zeros(2), torch.zeros(1)])
     rounds = 0

@@ -71,7 +71,7 @@ class Cluster:
             "CLIPFLOW_HEARTBEAT_INTERVAL": "0.2",
             "CLIPFLOW_HEARTBEAT_TIMEOUT": str(HB_TIMEOUT),
             "CLIPFLOW_STARTUP_TIMEOUT": "40",
-            "CLIPFLOW_TEST_DIR": str(tmp),
+            "PYTEST_CLIPFLOW_DIR": str(tmp),
             **env,
         }
 

@@ -21,7 +21,7 @@ from clipflow.ps import KVStore
 from clipflow.ps.customer import Request
 from clipflow.ps.wire import Op
 
-MODE = os.environ.get("CLIPFLOW_TEST_MODE", "dist_sync")
+MODE = os.environ.get("PYTEST_CLIPFLOW_MODE", "dist_sync")
 
 
 def expect(ok: bool, what: str) -> None:
@@ -71,7 +71,7 @@ def scenario_bcast(kv: KVStore) -> dict:
     expect(torch.equal(out, torch.full((4,), 10.0)), f"broadcast gives rank 0's value, got {out}")
     kv.broadcast(5, torch.full((4,), 20.0 + kv.rank), out)
     expect(torch.equal(out, torch.full((4,), 20.0)), f"second broadcast gives rank 0's value, got {out}")
-    marker = Path(os.environ["CLIPFLOW_TEST_DIR"]) / "before-barrier"
+    marker = Path(os.environ["PYTEST_CLIPFLOW_DIR"]) / "before-barrier"
     if kv.rank == 0:
         time.sleep(0.5)
         marker.write_text("rank 0 was here")

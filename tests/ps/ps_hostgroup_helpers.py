@@ -55,8 +55,8 @@ def scenario_exact() -> dict:
     """Rounds of pushpull, then of push + pull, of every key; each result must be exactly the canonical sum."""
     from clipflow.ps import KVStore
 
-    kv = KVStore.create(os.environ["CLIPFLOW_TEST_MODE"])
-    delay = float(os.environ.get("CLIPFLOW_TEST_DELAY_S", "0"))
+    kv = KVStore.create(os.environ["PYTEST_CLIPFLOW_MODE"])
+    delay = float(os.environ.get("PYTEST_CLIPFLOW_DELAY_S", "0"))
     keys = list(SHAPES)
     kv.init(keys, [torch.zeros(s) for s in SHAPES.values()])
     results = {}
@@ -81,7 +81,7 @@ def scenario_exact() -> dict:
             results[f"{round_}/{k}"] = out
     pushes = kv.server_pushes()
     kv.barrier()
-    torch.save(results, Path(os.environ["CLIPFLOW_TEST_DIR"]) / f"results-{kv.rank}.pt")
+    torch.save(results, Path(os.environ["PYTEST_CLIPFLOW_DIR"]) / f"results-{kv.rank}.pt")
     kv.close()
     return {
         "rank": kv.rank,
@@ -94,10 +94,10 @@ def scenario_stall() -> dict:
     """Rank 1 says it is in, then never pushes (the test kills it); the others wait for it in a pushpull."""
     from clipflow.ps import KVStore
 
-    kv = KVStore.create(os.environ["CLIPFLOW_TEST_MODE"])
+    kv = KVStore.create(os.environ["PYTEST_CLIPFLOW_MODE"])
     kv.init(0, torch.zeros(4))
     if kv.rank == 1:
-        (Path(os.environ["CLIPFLOW_TEST_DIR"]) / "stalled").write_text("in")
+        (Path(os.environ["PYTEST_CLIPFLOW_DIR"]) / "stalled").write_text("in")
         time.sleep(600)
     grad = torch.ones(4)
     kv.pushpull(0, grad, grad)
@@ -109,7 +109,7 @@ def scenario_compression() -> dict:
     from clipflow.errors import ClipflowError
     from clipflow.ps import KVStore
 
-    with KVStore.create(os.environ["CLIPFLOW_TEST_MODE"]) as kv:
+    with KVStore.create(os.environ["PYTEST_CLIPFLOW_MODE"]) as kv:
         try:
             kv.set_gradient_compression({"type": "2bit", "threshold": 0.5})
         except ClipflowError as exc:
@@ -131,8 +131,8 @@ def start_two_hosts(cluster, scenario: str, mode: str, delayed: int | None = Non
             cmd,
             DMLC_NODE_HOST=host,
             DMLC_RANK=str(rank),
-            CLIPFLOW_TEST_MODE=mode,
-            CLIPFLOW_TEST_DELAY_S="0.3" if rank == delayed else "0",
+            PYTEST_CLIPFLOW_MODE=mode,
+            PYTEST_CLIPFLOW_DELAY_S="0.3" if rank == delayed else "0",
             **env,
         )
         for rank, host in enumerate(HOSTS)

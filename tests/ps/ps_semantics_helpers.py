@@ -1,7 +1,7 @@
 """Worker programs for tests/ps/test_semantics.py, run as ``python tests/ps/ps_semantics_helpers.py SCENARIO``.
 
 Each reads the DMLC_* environment like a real trainer, prints one JSON line of
-facts and writes arrays for the test under CLIPFLOW_TEST_DIR.
+facts and writes arrays for the test under PYTEST_CLIPFLOW_DIR.
 """
 
 from __future__ import annotations
@@ -195,8 +195,8 @@ def clipped(kv: KVStore) -> tuple[torch.nn.Module, PSSync]:
 
 
 def scenario_sync(kv: KVStore) -> dict:
-    nesterov = os.environ["CLIPFLOW_TEST_NESTEROV"] == "1"
-    out_dir = Path(os.environ["CLIPFLOW_TEST_DIR"])
+    nesterov = os.environ["PYTEST_CLIPFLOW_NESTEROV"] == "1"
+    out_dir = Path(os.environ["PYTEST_CLIPFLOW_DIR"])
     ref = reference(nesterov)
     local, local_ps = distributed(kv, nesterov, update_on_kvstore=False, key_base=1_000_000)
     remote, remote_ps = distributed(kv, nesterov, update_on_kvstore=True, key_base=2_000_000)
@@ -246,7 +246,7 @@ SCENARIOS = {"sync": scenario_sync, "async": scenario_async}
 
 
 def main() -> None:
-    kv = KVStore.create(os.environ.get("CLIPFLOW_TEST_MODE", "dist_sync"))
+    kv = KVStore.create(os.environ.get("PYTEST_CLIPFLOW_MODE", "dist_sync"))
     facts = SCENARIOS[sys.argv[1]](kv)
     kv.close()
     print(json.dumps(facts), flush=True)

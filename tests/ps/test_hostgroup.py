@@ -28,7 +28,7 @@ def _run_exact(
     make_cluster: Callable[..., Cluster], tmp: Path, mode: str, delayed: int | None = None, **env: str
 ) -> tuple[dict, list[dict]]:
     tmp.mkdir()
-    cluster = make_cluster(2, 4, CLIPFLOW_TEST_DIR=str(tmp), MXNET_KVSTORE_BIGARRAY_BOUND=BOUND, **env)
+    cluster = make_cluster(2, 4, PYTEST_CLIPFLOW_DIR=str(tmp), MXNET_KVSTORE_BIGARRAY_BOUND=BOUND, **env)
     workers = start_two_hosts(cluster, "exact", mode, delayed)
     cluster.wait_ok()
     results = [torch.load(tmp / f"results-{r}.pt") for r in range(4)]

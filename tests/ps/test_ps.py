@@ -241,7 +241,7 @@ def test_dist_sync_pushpull_sums_exactly_and_splits_big_keys(
 
 
 def test_broadcast_barrier_and_requested_ranks(make_cluster: Callable[..., Cluster]) -> None:
-    cluster = make_cluster(1, 2, CLIPFLOW_TEST_MODE="dist_async_device")
+    cluster = make_cluster(1, 2, PYTEST_CLIPFLOW_MODE="dist_async_device")
     cluster.scheduler()
     cluster.server()
     first = cluster.worker("asks-rank1", "bcast", DMLC_RANK="1")

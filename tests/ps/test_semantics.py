@@ -163,7 +163,7 @@ def test_store_optimizes_merged_rounds_and_dequantizes_pushes() -> None:
 
 def run_job(tmp: Path, mode: str, scenario: str, num_server: int = 2, **env: str) -> list[dict]:
     """Scheduler, servers and two workers running ``scenario``; the workers' facts by rank."""
-    cluster = Cluster(tmp, num_server, 2, CLIPFLOW_TEST_MODE=mode, MXNET_KVSTORE_BIGARRAY_BOUND="50", **env)
+    cluster = Cluster(tmp, num_server, 2, PYTEST_CLIPFLOW_MODE=mode, MXNET_KVSTORE_BIGARRAY_BOUND="50", **env)
     try:
         cluster.scheduler()
         for i in range(num_server):
@@ -185,7 +185,10 @@ def sync_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path,
     runs = {}
     for name, nesterov, piece in (("momentum", "0", "0"), ("nesterov", "1", "16")):
         tmp = tmp_path_factory.mktemp(f"sync-{name}")
-        runs[name] = (tmp, run_job(tmp, "dist_sync", "sync", CLIPFLOW_TEST_NESTEROV=nesterov, CLIPFLOW_PS_PIECE=piece))
+        runs[name] = (
+            tmp,
+            run_job(tmp, "dist_sync", "sync", PYTEST_CLIPFLOW_NESTEROV=nesterov, CLIPFLOW_PS_PIECE=piece),
+        )
     return runs
 
 

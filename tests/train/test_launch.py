@@ -144,7 +144,8 @@ def test_a_run_killed_inside_an_epoch_resumes_there_and_ends_with_the_uninterrup
     epoch_1 = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
     assert (halfway["epoch"], halfway["epochs"], halfway["finished"]) == (1, 2, False)
     assert halfway["last_checkpoint"] == "epoch_0002_iter_000002.pt" and halfway["recipe"] == "slowfast_tiny_synthetic"
-    assert halfway["clips_per_s"] == epoch_1["clips_per_s"] and halfway["eta_s"] == pytest.approx(epoch_1["epoch_time"])
+    assert halfway["clips_per_s"] == epoch_1["clips_per_s"] and halfway["eta_s"] is None  # not training: no ETA
+    assert halfway["stop_cause"] == "worker 1 on localhost failed (killed by signal SIGKILL), exit 137"
     folder = broken / "ckpt"
     assert sorted(p.name for p in folder.glob("*.pt")) == [
         "epoch_0001.pt", "epoch_0001_iter_000002.pt", "epoch_0002_iter_000002.pt",

@@ -33,11 +33,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from clipflow.environment import read_env
+    from clipflow.environment import read_env, unknown_variables
     from clipflow.host_log import start_from_env
 
     args = build_parser().parse_args(argv)
     try:
+        for warning in unknown_variables():  # a misspelt CLIPFLOW_* setting named, not ignored without a word
+            print(f"clipflow: warning: {warning}", file=sys.stderr)
         read_env()  # every CLIPFLOW_* setting checked once, before any work
         start_from_env()  # a role started by the launcher keeps its own log on its host
         status = args.func(args)

@@ -401,16 +401,37 @@ def in_parallel(items: list, work: Callable, tick: Callable[[], None] | None = N
     return [f.result() for f in futures]
 
 
+def reads_in_place(plan: Plan) -> str:
+    """What makes the plan's roles read the data where it is, or '' for an ssh plan: staging copies to ssh hosts
+    with their own disks (cluster.storage); the local launcher's roles all run on this machine, the slurm
+    launcher's nodes read the data root at its path."""
+    if plan.launcher == "ssh":
+        return ""
+    if plan.launcher == "local":
+        return "the plan's launcher is local: every role runs on this machine and"
+    return f"the plan's launcher is {plan.launcher}: every role"
+
+
+def write_shared(out: str | Path) -> dict:
+    """staged.json when nothing is staged: the roles read the data root itself."""
+    summary = {"version": 1, "storage": "shared"}
+    write_text_atomic(out, json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
 def stage_data(plan: Plan, checks: str | Path, index_dir: str | Path, splits_dir: str | Path, root: str | Path,
                stage_dir: str, name: str, out: str | Path, log: Callable[[str], None] = print) -> dict:  # fmt: skip
     """Stage the data each host of ``plan`` reads (see the module docstring); staged.json's content, written to
-    ``out``. With shared storage only ``{"version": 1, "storage": "shared"}`` is written."""
+    ``out``. With shared storage, or a plan whose roles read the data where it is (:func:`reads_in_place`), only
+    ``{"version": 1, "storage": "shared"}`` is written."""
+    in_place = reads_in_place(plan)
+    if in_place:
+        log(f"stage: {in_place} reads the data root {Path(root).absolute()} where it is, nothing to stage")
+        return write_shared(out)
     storage = read_storage(checks)
     if storage.mode == "shared":
-        summary: dict = {"version": 1, "storage": "shared"}
-        write_text_atomic(out, json.dumps(summary, indent=2) + "\n")
         log("stage: storage is shared, nothing to stage")
-        return summary
+        return write_shared(out)
     check_name(name)
     if not stage_dir.startswith(("/", "~/")):
         raise ClipflowError(f"--stage-dir {stage_dir!r} must be an absolute path or start with ~/")
@@ -479,6 +500,11 @@ def unstage(plan: Plan, stage_dir: str, name: str = "", log: Callable[[str], Non
     ``name``)."""
     if name:
         check_name(name)
+    in_place = reads_in_place(plan)
+    if in_place:
+        log(f"unstage: {in_place} reads the data where it is, so clipflow cluster stage copied nothing for it: "
+            "nothing to unstage; to remove data staged for an ssh plan, give that plan")  # fmt: skip
+        return {}
     settings, hosts = plan.ssh_settings(), plan.host_list()
     results = in_parallel(hosts, lambda h: unstage_host(h, settings, plan.python, stage_dir, name))
     refused = []

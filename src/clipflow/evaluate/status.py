@@ -12,12 +12,17 @@ temporary folder first; the checkpoints only listed).
 
 Throughput is the last epoch's clips/s over all workers; the ETA is the epochs left times the
 mean time of the last three epochs.
+
+A run the launcher no longer trains has no ETA: its record of attempts (``restarts.jsonl``, written here when each
+launch of the workers ends) says when its last attempt stopped and why (Ctrl-C, a failure, a notice), and nothing
+of the run was written here after that (a later launch writes its job.json, the trainer its run.json, at once).
 """
 
 from __future__ import annotations
 
 import json
 import tempfile
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -41,15 +46,25 @@ class RunStatus:
     best_val_top1: float | None
     finished: bool
     source: str = ""  # where the run's files were read: its folder here, or host:folder on rank 0's own disk
+    stopped_at: float | None = None  # not finished and not training: when the launcher's last attempt ended
+    stop_cause: str = ""  # and why, in the launcher's words with its exit status
 
     def lines(self) -> list[str]:
         rate = f"{self.clips_per_s:.1f} clips/s" if self.clips_per_s is not None else "no epoch finished yet"
         eta = "done" if self.finished else (_duration(self.eta_s) if self.eta_s is not None else "unknown")
         best = f"{self.best_val_top1:.4f}" if self.best_val_top1 is not None else "none yet"
+        stopped = []
+        if self.stopped_at is not None:
+            eta = "none, not training"
+            when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.stopped_at))
+            point = f"from {self.last_checkpoint}" if self.last_checkpoint else "from the start (no checkpoint yet)"
+            stopped = [f"stopped: at {when}, after epoch {self.epoch}/{self.epochs} ({self.stop_cause}); rerun the "
+                       f"train stage to resume {point}"]  # fmt: skip
         return [
             f"run {self.run}: {self.recipe}",
             f"epoch {self.epoch}/{self.epochs}",
             f"last checkpoint: {self.last_checkpoint or 'none yet'}",
+            *stopped,
             f"throughput: {rate}",
             f"ETA: {eta}",
             f"best val top-1: {best}",
@@ -69,17 +84,41 @@ def run_status(results: str | Path, run: str) -> RunStatus:
     checkpoints = folder / "checkpoints"
     started = _started(checkpoints)  # first: a folder that may not be read is named
     on_host = _on_own_disks(checkpoints)
+    stop = _stopped(checkpoints)
     if on_host is not None:
         with tempfile.TemporaryDirectory(prefix="clipflow-status-") as copy:
             latest, source = _copy_from_rank0(*on_host, Path(copy))
-            return _status(run, latest, source)
+            return _status(run, latest, source, stop)
     if not started:
         raise ClipflowError(f"run {run!r} has not started training: no {checkpoints}/{RUN_FACTS}")
-    return _status(run, checkpoints, str(checkpoints))
+    return _status(run, checkpoints, str(checkpoints), stop)
 
 
-def _status(run: str, latest: Path, source: str) -> RunStatus:
-    """The status of the run whose newest checkpoint folder is (a copy of) ``latest``."""
+def _stopped(checkpoints: Path) -> tuple[float, str] | None:
+    """(when, why) the launcher's last attempt ended, when the run stopped with it: it did not succeed, and no
+    file of the run here is newer (a later launch writes its job.json, its trainer run.json, when it starts);
+    None while the run trains, after a success, or without the launcher's record (``restarts.jsonl``)."""
+    from clipflow.train.restarts import RESTARTS_FILE, read_attempts
+
+    record = checkpoints / RESTARTS_FILE
+    if not record.is_file():
+        return None
+    attempts = read_attempts(record)
+    last = attempts[-1] if attempts else {}
+    ended, code = last.get("ended"), last.get("code")
+    if not _is(ended, float) or not _is(code, int) or code == 0:
+        return None
+    newest = max((p.stat().st_mtime for p in checkpoints.iterdir()
+                  if p.is_file() and not p.name.startswith(RESTARTS_FILE)), default=0.0)  # fmt: skip
+    if newest > ended:
+        return None
+    cause = str(last["cause"]) or "stopped"
+    return float(ended), f"{cause}, exit {code}"
+
+
+def _status(run: str, latest: Path, source: str, stop: tuple[float, str] | None = None) -> RunStatus:
+    """The status of the run whose newest checkpoint folder is (a copy of) ``latest``; ``stop``: when and why the
+    launcher stopped it (:func:`_stopped`), if it is not training."""
     facts = _read_facts(latest / RUN_FACTS)
     history = _read_history(latest / "metrics.jsonl")
     store = CheckpointStore(latest)
@@ -87,7 +126,9 @@ def _status(run: str, latest: Path, source: str) -> RunStatus:
     last = store.path(*points[-1]).name if points else None
     epoch = history[-1]["epoch"] if history else 0
     recent = [h["epoch_time"] for h in history[-RECENT_EPOCHS:]]
-    eta = (facts["epochs"] - epoch) * sum(recent) / len(recent) if recent else None
+    finished = epoch >= facts["epochs"]
+    stop = None if finished else stop
+    eta = (facts["epochs"] - epoch) * sum(recent) / len(recent) if recent and stop is None else None
     best = latest / "best.json"
     return RunStatus(
         run=run,
@@ -98,8 +139,10 @@ def _status(run: str, latest: Path, source: str) -> RunStatus:
         clips_per_s=history[-1]["clips_per_s"] if history else None,
         eta_s=eta,
         best_val_top1=_read_best(best) if best.is_file() else None,
-        finished=epoch >= facts["epochs"],
+        finished=finished,
         source=source,
+        stopped_at=stop[0] if stop else None,
+        stop_cause=stop[1] if stop else "",
     )
 
 

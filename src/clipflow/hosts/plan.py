@@ -67,7 +67,13 @@ class Plan:
         return [parse_host(text, "the cluster plan's hosts") for text in self.hosts]
 
     def ssh_settings(self) -> SshSettings:
-        """The job's key and the pinned host keys, for the ssh launcher's stages."""
+        """The job's key and the pinned host keys, for the ssh launcher's stages; ClipflowError for another
+        launcher's plan, which has none (its roles are not reached over ssh)."""
+        if self.launcher != "ssh":
+            raise ClipflowError(
+                f"the cluster plan's launcher is {self.launcher}, whose roles are not reached over ssh: this command "
+                "works on an ssh plan's hosts (clipflow cluster plan --launcher ssh, or cluster.launcher: ssh)"
+            )
         return SshSettings(Path(self.ssh_key), Path(self.known_hosts))
 
     def summary(self) -> list[str]:

@@ -107,8 +107,9 @@ def role_commands(
     scheduler and servers run ``worker_argv`` too, their DMLC_ROLE telling them apart, as MXNet's launch.py
     starts a ps-lite job (`clipflow launch --mxnet`).
 
-    ``extra_env`` (the launcher's ``--env K=V``) is added to every role's environment. With ``log_dir``
-    (the launcher's), each role keeps its own log on its host (:func:`clipflow.host_log.host_log_path`).
+    ``extra_env`` (the launcher's ``--env K=V``) is added to every role's environment; a variable the launcher
+    sets for a role itself (DMLC_*, torchrun's, LOCAL_RANK, clipflow's own) is refused there, naming it. With
+    ``log_dir`` (the launcher's), each role keeps its own log on its host (:func:`clipflow.host_log.host_log_path`).
     ``workdir``: the roles' working folder on ssh hosts instead of the plan's (a run's own folder on hosts with
     their own disks). ``hold_notice``: the workers take a notice themselves (training workers,
     :mod:`clipflow.launch.notice`): each starts with SIGUSR1 blocked, here or on its ssh host, until its handler is in
@@ -122,16 +123,21 @@ def role_commands(
             local_rank[r.rank] = per_host.get(r.host, 0)
             per_host[r.host] = local_rank[r.rank] + 1
     commands = []
+    taken: set[str] = set()  # what --env names of the variables the launcher sets itself
     for r in plan.roles:
         if r.role != "worker" and backend == "ddp":
             continue
         env = ddp_environment(plan, r, per_host[r.host]) if backend == "ddp" else ps_environment(plan, r)
-        env.update(extra_env or {})
         if log_dir:
             env[NAMES["host_log"]] = host_log_path(log_dir, r.role, r.rank)
         if r.role == "worker":
             env["LOCAL_RANK"] = str(local_rank[r.rank])  # its GPU, when the host has GPUs
             env[NAMES["workers_on_host"]] = str(per_host[r.host])  # the worker divides its host's cores
+        if program_roles:
+            env.update(ps_lite_addresses(env, len(plan.role_hosts())))
+        taken.update(set(env) & set(extra_env or {}))
+        env = {**(extra_env or {}), **env}
+        if r.role == "worker":
             for field in ("fault_kill", "fault_step_s", "sample_log"):  # the tests' faults and per-sample log
                 if os.environ.get(NAMES[field]):  # reach workers on other hosts too
                     env[NAMES[field]] = os.environ[NAMES[field]]
@@ -140,11 +146,16 @@ def role_commands(
             argv = list(worker_argv(r) if callable(worker_argv) else worker_argv)
         else:
             argv = [python, "-m", "clipflow", "ps", "role"]
-        if program_roles:
-            env.update(ps_lite_addresses(env, len(plan.role_hosts())))
         # on Slurm every task of the job gets the time-limit warning: the workers hold it, the others ignore it
         slurm_notice = ("hold" if r.role == "worker" else "" if program_roles else "ignore") if hold_notice else ""
         commands.append(_wrap(plan, r, argv, env, python, workdir, hold_notice and r.role == "worker", slurm_notice))
+    if taken:
+        which, it, holds = ("a variable", "it", "it holds") if len(taken) == 1 else ("variables", "them", "they hold")
+        raise ClipflowError(
+            f"--env {', '.join(sorted(taken))}: {which} the launcher sets for each role itself, from the plan and its "
+            f"own flags (-n, -s, --port, --security, --heartbeat-timeout, --log-dir); leave {it} out of --env, and "
+            f"set what {holds} with those flags"
+        )
     return commands
 
 

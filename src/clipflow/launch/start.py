@@ -175,9 +175,9 @@ def launch_program(config: LaunchConfig, command: Sequence[str]) -> int:
     else:
         check_security(plan)
     check_ports(plan)
+    commands = role_commands(plan, list(command), dict(config.env or {}), program_roles=config.mxnet)  # --env checked
     if config.sync_dst_dir and config.launcher == "ssh":
         for host in config.hosts:
             sync_host(Path.cwd(), host, config.sync_dst_dir, config.ssh)
-    commands = role_commands(plan, list(command), dict(config.env or {}), program_roles=config.mxnet)
     notice = NoticePolicy(signals=FORWARD_NOTICE, seconds=config.grace)
     return Launcher(commands, config.log_dir, grace_s=config.grace, notice=notice).run()
