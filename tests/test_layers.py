@@ -24,7 +24,7 @@ import pytest
 
 LAYERS = [
     {"__init__", "errors", "files", "textfile", "values", "checksums", "environment", "made", "host_log",
-     "schemas", "workflow_settings"},
+     "schemas", "workflow_settings", "jsonl", "yaml12"},
     {"ps"},
     {"data"},
     {"models"},
@@ -33,7 +33,7 @@ LAYERS = [
     {"launch"},
     {"train"},
     {"cluster", "collect", "evaluate", "report"},
-    {"workflow_checks"},
+    {"workflow_checks", "config_entry"},
     {"cli"},
     {"__main__"},
 ]  # fmt: skip
