@@ -112,3 +112,35 @@ def test_an_echo_of_a_failure_is_not_taken_for_its_cause_while_the_cause_is_stil
     ]  # fmt: skip
     assert Launcher(cmds, tmp_path, grace_s=5, console=console).run() == 2
     assert "worker 1 on localhost failed (exit code 2)" in console.getvalue(), console.getvalue()
+
+
+def test_a_role_failing_while_the_job_stops_on_notice_ends_the_launch_without_a_restart(tmp_path):
+    """SIGUSR1 to the launcher (a notice, passed on to the workers); a worker that dies while the others stop
+    (found by the soak, bench/soak.py): the launch ends with that failure, not restartable (a restart would
+    undo the notice), and says why."""
+    from clipflow.launch.processes import TRAIN_NOTICE, NoticePolicy
+    from clipflow.train.restarts import restartable
+
+    ready = tmp_path / "ready"
+    mark = f"open({str(ready)!r}, 'a')"
+    stops = f"import signal,sys,time; signal.signal(signal.SIGUSR1, lambda *_: sys.exit(79)); {mark}"
+    dies = f"import os,signal,time; signal.signal(signal.SIGUSR1, lambda *_: os.kill(os.getpid(), 9)); {mark}"
+    cmds = [RoleCommand(Role("worker", 0, "localhost"), py(stops + ".write('0'); time.sleep(60)")),
+            RoleCommand(Role("worker", 1, "localhost"), py(dies + ".write('1'); time.sleep(60)"))]  # fmt: skip
+    console = io.StringIO()
+    launcher = Launcher(cmds, tmp_path, grace_s=5, console=console, notice=NoticePolicy(TRAIN_NOTICE, 20))
+
+    def notice() -> None:
+        deadline = time.monotonic() + 30
+        while (not ready.exists() or len(ready.read_text()) < 2) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGUSR1)
+
+    threading.Thread(target=notice, daemon=True).start()
+    assert launcher.run() == 137
+    assert launcher.ending.cause == "worker 1 on localhost failed (killed by signal SIGKILL) while stopping on notice"
+    assert not restartable(launcher.ending)
+    assert (
+        "clipflow launch: the failure came while the job stopped on notice, so the launch ends here without a "
+        "restart; rerun the same command to go on"
+    ) in console.getvalue()

@@ -96,7 +96,8 @@ def cannot_start(cmd: RoleCommand, reason: str) -> ClipflowError:
 @dataclass(frozen=True)
 class Ending:
     """How a launch ended: its exit ``code``, the ``cause`` in the launcher's words ("" after success), and whether
-    a role failed (``failed``: not a success, not a signal to the launcher, which a restart must not undo)."""
+    a role failed (``failed``: not a success, not a signal to the launcher, which a restart must not undo, and not
+    during a stop on notice, which a restart must not undo either)."""
 
     code: int
     cause: str = ""
@@ -357,7 +358,11 @@ class Launcher:
                 + f"Its log: {self.log_dir / cmd.log_name}"
             )
             cause = f"{cmd.role.role} {cmd.role.rank} on {cmd.role.host} failed ({describe_exit(code, cmd)})"
-            self.ending = Ending(code if code > 0 else 128 - code, cause, failed=True)
+            if self.notice_at is not None:  # the notice says this machine may go: no restart here
+                self.say("clipflow launch: the failure came while the job stopped on notice, so the launch ends "
+                         "here without a restart; rerun the same command to go on")  # fmt: skip
+                cause = f"{cause} while stopping on notice"
+            self.ending = Ending(code if code > 0 else 128 - code, cause, failed=self.notice_at is None)
             return self.ending.code
         if self.notice_at is not None:
             code = self._after_notice(workers, stopped, teardown_s)
