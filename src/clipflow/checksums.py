@@ -73,3 +73,27 @@ def parse_checksum(text: str, name: str) -> str:
         if m and Path(m.group(2)).name == name:
             return m.group(1)
     raise ValueError(f"it records no sha256 for {name}")
+
+
+def recorded_beside(path: str | Path) -> str | None:
+    """The digest ``<path>.sha256`` records for ``path``; None when there is none, or none that can be read."""
+    path = Path(path)
+    try:
+        return parse_checksum(checksum_path(path).read_text(encoding="utf-8", errors="replace"), path.name)
+    except (OSError, ValueError):
+        return None
+
+
+def damage(path: str | Path, found: str | None = None) -> str | None:
+    """Why ``path`` is damaged when the ``.sha256`` beside it records other bytes (truncated, changed); None when
+    it matches or none is there. ``found``: the file's sha256, when known."""
+    recorded = recorded_beside(path)
+    if recorded is None:
+        return None
+    found = found or sha256_of(path)
+    if found == recorded:
+        return None
+    return (
+        f"damaged: its sha256 is {found[:12]}..., not the {recorded[:12]}... its writer recorded in "
+        f"{checksum_path(path).name} (truncated or changed since)"
+    )

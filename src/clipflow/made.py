@@ -39,6 +39,22 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def record_files(text: str) -> dict:
+    """The files a record's ``text`` names (name -> sha256s or :data:`JOURNAL`); ValueError when it is not one."""
+    try:
+        files = json.loads(text)["files"]
+    except (KeyError, TypeError):
+        raise ValueError("not a record clipflow wrote") from None
+    if not isinstance(files, dict):
+        raise ValueError("not a record clipflow wrote")
+    return files
+
+
+def record_text(files: dict) -> str:
+    """A record's text naming ``files``."""
+    return json.dumps({"about": ABOUT, "files": files}, indent=1, sort_keys=True) + "\n"
+
+
 class Made:
     """The record of ``folder``, the output folder given by ``flag`` (e.g. ``--out-dir``)."""
 
@@ -115,23 +131,34 @@ class Made:
                 self._save(files)
         return self.folder / name
 
+    def entries(self) -> dict:
+        """The record as it is: name -> the sha256s accepted for it (a list) or :data:`JOURNAL`; {} when none."""
+        return self._load()
+
+    def update(self, changes: dict[str, list[str] | None]) -> None:
+        """Each name of ``changes`` recorded with its accepted sha256s, or forgotten (None), in one record write."""
+        with self._locked():
+            files = self._load()
+            for name, digests in changes.items():
+                if digests is None:
+                    files.pop(name, None)
+                else:
+                    files[name] = digests
+            self._save(files)
+
     def _load(self) -> dict:
         if not self.record.exists():
             return {}
         try:
-            data = json.loads(self.record.read_text(encoding="utf-8"))
-            files = data["files"]
-            if not isinstance(files, dict):
-                raise TypeError
-        except (OSError, ValueError, KeyError, TypeError):
+            return record_files(self.record.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
             raise ClipflowError(
                 f"{self.flag} {self.folder}: {self.record} is not a record clipflow wrote, so it cannot tell its "
                 f"files from others; name another folder"
             ) from None
-        return files
 
     def _save(self, files: dict) -> None:
-        write_text_atomic(self.record, json.dumps({"about": ABOUT, "files": files}, indent=1, sort_keys=True) + "\n")
+        write_text_atomic(self.record, record_text(files))
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:

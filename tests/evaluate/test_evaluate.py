@@ -14,9 +14,12 @@ import torch
 from disk_helpers import PAGE, files_on, fill, full_message
 from helpers import assert_refused, python_env
 from launch_helpers import scanned_val
-from safety_helpers import listing
+from safety_helpers import code_running_checkpoint, listing
 
+from clipflow.checksums import record_checksum, sha256_of
 from clipflow.data.cifar.batches import CIFAR10_CLASSES
+from clipflow.errors import ClipflowError
+from clipflow.evaluate.evaluate import load_model
 from clipflow.evaluate.metrics import video_metrics
 from clipflow.hosts.ports import free_port
 from clipflow.models.builder import build_model
@@ -162,6 +165,29 @@ def test_an_image_recipe_is_one_view_of_the_whole_image(tmp_path, cifar):
     for key in ("top1", "top5", "clip", "video", "per_class", "confusion"):
         assert one[key] == two[key], key
     assert one["loss"] == pytest.approx(two["loss"], abs=1e-6)
+
+
+def test_a_model_that_would_run_code_or_is_truncated_is_refused_naming_it(tmp_path):
+    evil = code_running_checkpoint(tmp_path / "evil.pt", tmp_path / "ran")
+    with pytest.raises(ClipflowError) as err:
+        load_model(evil)
+    assert str(err.value) == (
+        f"model file {evil}: its pickle asks for exec, which no file clipflow writes holds (loading it could run "
+        "code): not loaded; use a file clipflow wrote, or, if you trust this one, load it yourself and save its "
+        "tensors again with torch.save"
+    )
+    assert not (tmp_path / "ran").exists()
+    model = save_untrained(tmp_path / "model.pt", "slowfast_tiny_synthetic", SMALL_VIDEO)
+    assert load_model(model)[1]["name"] == "slowfast_tiny_synthetic"  # the train stage's format loads
+    recorded = record_checksum(model)
+    model.write_bytes(model.read_bytes()[:1000])
+    with pytest.raises(ClipflowError) as err:
+        load_model(model)
+    assert str(err.value) == (
+        f"model file {model} is damaged: its sha256 is {sha256_of(model)[:12]}..., not the {recorded[:12]}... its "
+        "writer recorded in model.pt.sha256 (truncated or changed since); run the train stage again, or restore a "
+        "good copy"
+    )
 
 
 def test_bad_input_is_named_before_any_worker_starts(tmp_path, video_run):

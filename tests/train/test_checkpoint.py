@@ -1,28 +1,40 @@
-"""A checkpoint write on a full disk (a small tmpfs; issue 30): one line naming the file, the bytes it needed and the
-bytes free, what a rerun resumes from (truly: the newest checkpoint that matches its checksum, or none and a fresh
-start), and no file left under a checkpoint's name or a temporary one."""
+"""The checkpoint store: the run's checkpoints are the ones it recorded, by content; nobody else's file with a
+checkpoint's name is resumed from, pruned or replaced; every load is weights-only (issue 30, points 1, 3, 8). A
+checkpoint write on a full disk (a small tmpfs; issue 30): one line naming the file, the bytes it needed and the
+bytes free, what a rerun resumes from (truly: the newest of the run's checkpoints whose bytes are the ones written,
+or none and a fresh start), and no file left under a checkpoint's name or a temporary one."""
 
 from __future__ import annotations
 
+import json
+
+import numpy as np
 import pytest
 import torch
 from disk_helpers import PAGE, files_on, fill, full_message
+from safety_helpers import code_running_checkpoint
 
+from clipflow.checksums import record_checksum, sha256_of
+from clipflow.errors import ClipflowError
 from clipflow.files import DiskFull
-from clipflow.train.checkpoint import CheckpointStore, resumable_from, telling_resume
+from clipflow.made import RECORD, Made
+from clipflow.train.checkpoint import FLAG, PENDING, CheckpointStore, atomic_save, resumable_from, telling_resume
+from clipflow.train.trainer import plain_numpy_state
 
 BIG = {"model": {"w": torch.zeros(40_000)}}  # 160 KB: more than the small disk holds
 
 
 def test_a_checkpoint_that_finds_the_disk_full_says_the_run_starts_afresh_when_none_is_saved(small_disk):
     folder = small_disk / "checkpoints"
+    Made(folder, FLAG).write_text("job.json", "{}\n")  # as the launcher leaves the folder: its record there
     free = fill(small_disk, 2 * PAGE)
     with pytest.raises(DiskFull) as failed, telling_resume(folder):  # as a worker's training runs
         CheckpointStore(folder).save(BIG, 1)
     # torch writes as it goes: what it needed is known as more than what fitted
     assert str(failed.value) == (f"{full_message(folder / 'epoch_0001.pt', f'more than {free}', free)}; {folder} "
                                  "holds no complete checkpoint, so a rerun starts afresh")  # fmt: skip
-    assert files_on(small_disk) == []
+    assert files_on(small_disk) == [f"checkpoints/{RECORD}", "checkpoints/job.json"]  # issue 30: the record
+    assert list(json.loads((folder / RECORD).read_text())["files"]) == ["job.json"]  # the failed save's undone
 
 
 def test_a_checkpoint_that_finds_the_disk_full_names_the_one_a_rerun_resumes_from(small_disk):
@@ -34,7 +46,8 @@ def test_a_checkpoint_that_finds_the_disk_full_names_the_one_a_rerun_resumes_fro
         store.save(BIG, 2)
     assert str(failed.value) == (f"{full_message(folder / 'epoch_0002.pt', f'more than {free}', free)}; a rerun "
                                  f"resumes from {folder / 'epoch_0001.pt'}")  # fmt: skip
-    assert files_on(small_disk) == ["checkpoints/epoch_0001.pt", "checkpoints/epoch_0001.pt.sha256"]
+    assert files_on(small_disk) == [f"checkpoints/{RECORD}", "checkpoints/epoch_0001.pt",
+                                    "checkpoints/epoch_0001.pt.sha256"]  # fmt: skip
     assert torch.load(folder / "epoch_0001.pt", weights_only=True)["model"]["w"].tolist() == [1.0] * 10
 
 
@@ -47,3 +60,149 @@ def test_what_a_rerun_resumes_from_is_the_newest_checkpoint_that_matches_its_che
     assert resumable_from(tmp_path) == f"a rerun resumes from {tmp_path / 'epoch_0001.pt'}"
     (tmp_path / "epoch_0001.pt").unlink()
     assert resumable_from(tmp_path) == f"{tmp_path} holds no complete checkpoint, so a rerun starts afresh"
+
+
+def state(epoch: int) -> dict:
+    return {"model": {"w": torch.full((2,), float(epoch))}, "epoch": epoch}
+
+
+def files_in(folder) -> dict[str, str]:
+    return {p.name: sha256_of(p) for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def not_ours(path) -> str:
+    return (
+        f"{path}: not a checkpoint clipflow wrote for this run (it is not in {RECORD}): left in place, never resumed "
+        f"from nor pruned; move it out of {path.parent} if it is not to stay there"
+    )
+
+
+def test_others_files_with_checkpoint_names_are_kept_and_the_runs_newest_resumed(tmp_path):
+    # the issue's case: a user's notes.txt and two files that are no checkpoints, resumed with keep_checkpoints 1
+    said: list[str] = []
+    CheckpointStore(tmp_path, keep=1, log=said.append).save(state(1), 1)
+    (tmp_path / "notes.txt").write_text("my notes\n")
+    (tmp_path / "epoch_0000.pt").write_bytes(b"the user's")
+    (tmp_path / "epoch_0007.pt").write_bytes(b"not a checkpoint")
+    theirs = {name: sha256_of(tmp_path / name) for name in ("notes.txt", "epoch_0000.pt", "epoch_0007.pt")}
+    store = CheckpointStore(tmp_path, keep=1, log=said.append)
+    found, path = store.load_newest()
+    assert path == tmp_path / "epoch_0001.pt" and found["epoch"] == 1
+    store.save(state(2), 2)  # prunes the run's epoch 1, nothing else
+    assert said == [not_ours(tmp_path / "epoch_0000.pt"), not_ours(tmp_path / "epoch_0007.pt")]  # each once
+    left = files_in(tmp_path)
+    assert {name: left[name] for name in theirs} == theirs
+    assert sorted(left) == [RECORD, "epoch_0000.pt", "epoch_0002.pt", "epoch_0002.pt.sha256", "epoch_0007.pt",
+                            "notes.txt"]  # fmt: skip
+    assert store.points() == [(2, 0)]
+    found, path = CheckpointStore(tmp_path, log=said.append).load_newest()  # the next run resumes
+    assert path == tmp_path / "epoch_0002.pt" and found["epoch"] == 2
+
+
+def test_a_folder_from_before_the_record_adopts_only_what_its_sha256_proves(tmp_path):
+    Made(tmp_path, FLAG).write_text("job.json", "{}\n")  # the launcher's record, naming no checkpoint yet
+    for epoch in (1, 2):
+        atomic_save(state(epoch), tmp_path / f"epoch_{epoch:04d}.pt")  # with the .sha256 an earlier clipflow wrote
+    torch.save(state(0), tmp_path / "epoch_0000.pt")  # no .sha256: not proven clipflow's
+    damaged = tmp_path / "epoch_0005.pt"
+    atomic_save(state(5), damaged)
+    damaged.write_bytes(damaged.read_bytes()[:-10])
+    said: list[str] = []
+    store = CheckpointStore(tmp_path, keep=1, log=said.append)
+    assert store.points() == [(0, 0), (1, 0), (2, 0), (5, 0)]  # an earlier run's names are the run's to resume from
+    found, path = store.load_newest()
+    assert path.name == "epoch_0002.pt" and found["epoch"] == 2
+    recorded = (tmp_path / "epoch_0005.pt.sha256").read_text().split()[0]
+    assert said == [
+        f"checkpoint {damaged} cannot be loaded (damaged: its sha256 is {sha256_of(damaged)[:12]}..., not the "
+        f"{recorded[:12]}... its writer recorded in epoch_0005.pt.sha256 (truncated or changed since)); trying an "
+        "older one"
+    ]
+    store.save(state(3), 3)  # adopts epochs 1 and 2, prunes them; 0 and 5 were never proven clipflow's
+    assert said[1:] == [not_ours(tmp_path / "epoch_0000.pt"), not_ours(tmp_path / "epoch_0005.pt")]
+    assert sorted(files_in(tmp_path)) == [RECORD, "epoch_0000.pt", "epoch_0003.pt", "epoch_0003.pt.sha256",
+                                          "epoch_0005.pt", "epoch_0005.pt.sha256", "job.json"]  # fmt: skip
+    assert CheckpointStore(tmp_path).points() == [(3, 0)]
+
+
+def test_a_checkpoint_changed_since_it_was_written_is_neither_resumed_from_nor_pruned(tmp_path):
+    said: list[str] = []
+    store = CheckpointStore(tmp_path, keep=3, log=said.append)
+    for epoch in (1, 2):
+        store.save(state(epoch), epoch)
+    changed = tmp_path / "epoch_0002.pt"
+    atomic_save(state(9), changed)  # replaced, with a .sha256 of its own: only the record tells
+    found, path = store.load_newest()
+    assert path.name == "epoch_0001.pt"
+    assert said == [
+        f"checkpoint {changed} cannot be loaded (changed since clipflow wrote it: its sha256 "
+        f"{sha256_of(changed)[:12]}... is not the one {RECORD} records); trying an older one"
+    ]
+    store.keep = 1
+    store.save(state(3), 3)
+    assert said[1] == (
+        f"checkpoint {changed} is not pruned (changed since clipflow wrote it: its sha256 {sha256_of(changed)[:12]}"
+        f"... is not the one {RECORD} records): left in place"
+    )
+    assert sorted(files_in(tmp_path)) == [RECORD, "epoch_0002.pt", "epoch_0002.pt.sha256", "epoch_0003.pt",
+                                          "epoch_0003.pt.sha256"]  # fmt: skip
+
+
+def test_someone_elses_file_of_the_name_a_save_writes_is_moved_aside_not_replaced(tmp_path):
+    said: list[str] = []
+    store = CheckpointStore(tmp_path, log=said.append)
+    store.save(state(1), 1)
+    (tmp_path / "epoch_0002.pt").write_bytes(b"the user's")
+    store.save(state(2), 2)
+    aside = [p for p in tmp_path.iterdir() if p.name.startswith("epoch_0002.pt.not-clipflow-")]
+    assert len(aside) == 1 and aside[0].read_bytes() == b"the user's"
+    assert said[-1] == (
+        f"{tmp_path / 'epoch_0002.pt'}: not a checkpoint clipflow wrote for this run, and the run saves one of that "
+        f"name now: moved to {aside[0].name} beside it, not replaced"
+    )
+    assert store.load_newest()[0]["epoch"] == 2
+
+
+def test_a_save_killed_before_its_sha256_was_recorded_is_still_the_runs(tmp_path):
+    store = CheckpointStore(tmp_path, keep=1)
+    store.save(state(1), 1)
+    Made(tmp_path, FLAG).update({"epoch_0002.pt": [PENDING]})  # what save records first; then the kill came
+    atomic_save(state(2), tmp_path / "epoch_0002.pt")
+    assert store.load_newest()[1].name == "epoch_0002.pt"
+    store.save(state(3), 3)  # and it is pruned like any of the run's
+    assert sorted(files_in(tmp_path)) == [RECORD, "epoch_0003.pt", "epoch_0003.pt.sha256"]
+    assert json.loads((tmp_path / RECORD).read_text())["files"] == {
+        "epoch_0003.pt": [sha256_of(tmp_path / "epoch_0003.pt")]
+    }
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["recorded", "before-the-record"])
+def test_a_checkpoint_whose_pickle_would_run_code_is_refused_and_nothing_runs(tmp_path, recorded):
+    marker = tmp_path / "ran"
+    folder = tmp_path / "ckpt"
+    store = CheckpointStore(folder, log=lambda line: None)
+    if recorded:
+        store.save(state(1), 1)
+        code_running_checkpoint(folder / "x.pt", marker)  # made the run's by the record, as if clipflow wrote it
+        (folder / "x.pt").replace(folder / "epoch_0002.pt")
+        Made(folder, FLAG).update({"epoch_0002.pt": [record_checksum(folder / "epoch_0002.pt")]})
+    else:
+        code_running_checkpoint(folder / "epoch_0002.pt", marker)
+    with pytest.raises(ClipflowError) as err:
+        store.load_newest()
+    assert str(err.value) == (
+        f"checkpoint {folder / 'epoch_0002.pt'}: its pickle asks for exec, which no file clipflow writes holds "
+        "(loading it could run code): not loaded; use a file clipflow wrote, or, if you trust this one, load it "
+        "yourself and save its tensors again with torch.save"
+    )
+    assert not marker.exists()
+
+
+def test_a_checkpoints_rng_state_is_plain_values(tmp_path):
+    np.random.seed(1)
+    plain = plain_numpy_state()
+    atomic_save({"model": {}, "rng": {"numpy": plain, "torch": torch.get_rng_state()}}, tmp_path / "epoch_0001.pt")
+    assert torch.serialization.get_unsafe_globals_in_checkpoint(tmp_path / "epoch_0001.pt") == []
+    expected = np.random.rand()
+    np.random.set_state(torch.load(tmp_path / "epoch_0001.pt", weights_only=True)["rng"]["numpy"])
+    assert np.random.rand() == expected

@@ -12,6 +12,7 @@ import pytest
 import torch
 from helpers import assert_refused
 from launch_helpers import TINY, launch, two_splits
+from safety_helpers import code_running_checkpoint
 
 from clipflow.errors import ClipflowError
 from clipflow.train.resume_check import check_resume, compare, kind_of, lr_at_resume
@@ -109,6 +110,19 @@ def test_an_old_layout_subfolder_is_refused_naming_it(tmp_path, tiny_videos):
     (old / "epoch_0001.pt").write_bytes(b"an older clipflow's checkpoint")
     done = launch(tmp_path, tiny_videos, splits, overrides=TWO_EPOCHS)
     assert_refused(done, str(old), "move its files up", "train.resume: never")
+
+
+def test_a_checkpoint_whose_pickle_would_run_code_is_refused_before_any_role_starts(tmp_path, tiny_videos):
+    splits = two_splits(tmp_path, tiny_videos, 4)
+    evil = code_running_checkpoint(tmp_path / "ckpt" / "epoch_0001.pt", tmp_path / "ran")
+    done = launch(tmp_path, tiny_videos, splits, overrides=TWO_EPOCHS)
+    assert_refused(
+        done,
+        f"checkpoint {evil}: its pickle asks for exec, which no file clipflow writes holds (loading it could run "
+        "code): not loaded; use a file clipflow wrote, or, if you trust this one, load it yourself and save its "
+        "tensors again with torch.save",
+    )
+    assert not (tmp_path / "ran").exists()
 
 
 # -- resume_check on facts dicts, no training -------------------------------------------------------------------

@@ -32,7 +32,7 @@ from clipflow.host_log import host_log_path
 from clipflow.hosts.files import LocalFiles, open_host
 from clipflow.hosts.plan import Plan, Role
 from clipflow.hosts.transfer import fetch_checked
-from clipflow.train.checkpoint import RUN_FACTS, checkpoint_name, order_points
+from clipflow.train.checkpoint import RUN_FACTS, checkpoint_name, points_there
 from clipflow.train.restarts import RESTARTS_FILE
 
 MANIFEST = "manifest.json"
@@ -215,7 +215,7 @@ def _rank0_files(where, checkpoint_root: str, model: str, backend: str, problems
         problems.append(f"host {where.host}: {where.shown(run)}: the run trained with --backend {trained}, "
                         f"not {backend}: collect with --backend {trained}")  # fmt: skip
     names = where.names(run)
-    points = order_points(names)
+    points = points_there(where, run)  # the run's, as its record names them
     if points:
         name = checkpoint_name(*points[-1])
         wanted.append(Wanted("checkpoint", f"{run}/{name}", f"checkpoints/{name}"))

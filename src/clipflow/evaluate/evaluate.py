@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from clipflow.checksums import write_text_with_checksum
+from clipflow.checksums import damage, write_text_with_checksum
 from clipflow.data.build import build_dataset
 from clipflow.data.listfile import read_list
 from clipflow.errors import ClipflowError
@@ -24,6 +24,7 @@ from clipflow.evaluate.protocol import protocol_of
 from clipflow.files import check_output_file
 from clipflow.models.builder import build_model
 from clipflow.models.scoring import score_videos
+from clipflow.safe_load import load_weights_only
 
 
 class OneProcess:
@@ -36,14 +37,21 @@ class OneProcess:
 
 
 def load_model(path: str | Path) -> tuple[torch.nn.Module, dict]:
+    """The model ``path`` holds (weights only: clipflow.safe_load) and its recipe; ClipflowError naming the file
+    when it is missing, damaged (its ``.sha256`` records other bytes), wants more than weights, or does not load."""
     path = Path(path)
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        damaged = damage(path)
+        if damaged:
+            raise ClipflowError(f"model file {path} is {damaged}; run the train stage again, or restore a good copy")
+        state = load_weights_only(path, "model file")
         recipe = state["recipe"]
         model = build_model(recipe["model"])
         model.load_state_dict(state["model"])
     except FileNotFoundError:
         raise ClipflowError(f"model file {path} does not exist; run the train stage first") from None
+    except ClipflowError:
+        raise
     except Exception as exc:
         raise ClipflowError(f"model file {path} cannot be loaded ({str(exc).splitlines()[0]})") from None
     return model.eval(), recipe

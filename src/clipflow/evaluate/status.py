@@ -165,9 +165,11 @@ def _on_own_disks(checkpoints: Path):
 
 
 def _copy_from_rank0(plan, root: str, into: Path) -> tuple[Path, str]:
-    """The run's checkpoint folder ``root`` on the host of rank 0: its run facts, history and best record copied
-    into ``into``, its checkpoints listed (empty files of their names); (the copy, host:folder)."""
+    """The run's checkpoint folder ``root`` on the host of rank 0: its run facts, history, best record and record
+    of clipflow's files copied into ``into``, its checkpoints listed (empty files of their names); (the copy,
+    host:folder)."""
     from clipflow.hosts.files import open_host
+    from clipflow.made import RECORD
     from clipflow.train.checkpoint import NAME
 
     host = plan.rank0_host()
@@ -179,7 +181,7 @@ def _copy_from_rank0(plan, root: str, into: Path) -> tuple[Path, str]:
         copy = into / "checkpoints"
         copy.mkdir()
         for name in where.names(latest):
-            if name in (RUN_FACTS, "metrics.jsonl", "best.json"):
+            if name in (RUN_FACTS, "metrics.jsonl", "best.json", RECORD):  # the record: which are the run's
                 where.copy(f"{latest}/{name}", copy / name)
             elif NAME.match(name):
                 (copy / name).touch()

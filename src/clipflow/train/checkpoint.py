@@ -10,6 +10,15 @@ compares them with a new job's). Files go straight into the run's checkpoint fol
 (``results/<run>/checkpoints/``), which is not a declared output of the workflow, so a
 failed run never deletes them. Every file saved here also gets its sha256 recorded beside
 it (``<file>.sha256``), which collection checks its copies with.
+
+The folder's record of what clipflow wrote (:mod:`clipflow.made`, ``.clipflow-made.json``) names every checkpoint
+the store saved with the sha256 of its bytes: the run's checkpoints are those, not whatever bears a checkpoint's
+name. The newest one resumed from is the newest recorded one whose bytes are still the ones written; pruning
+removes only recorded, unchanged ones (with their ``.sha256``). Any other file with a checkpoint's name is left in
+place, never resumed from, and named once in the log. A folder whose record names no checkpoint holds a run from
+before the record: its checkpoint names are the run's to resume from (each checked against its ``.sha256`` when it
+has one), and the first save records those whose ``.sha256`` verifies as the run's; the rest are foreign from then
+on, so nothing not proven clipflow's is ever pruned. Every load is weights-only (:mod:`clipflow.safe_load`).
 """
 
 from __future__ import annotations
@@ -17,17 +26,21 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from clipflow.checksums import checksum_path, parse_checksum, put_with_checksum, sha256_of
+from clipflow.checksums import checksum_path, damage, put_with_checksum, recorded_beside, sha256_of
 from clipflow.errors import ClipflowError
 from clipflow.files import DiskFull, temp_beside
+from clipflow.made import RECORD, Made, record_files
 
 NAME = re.compile(r"^epoch_(\d{4,})(?:_iter_(\d{6,}))?\.pt$")
 Point = tuple[int, int]  # (epoch, iterations done in it; 0: the epoch is complete)
 
+FLAG = "--checkpoint-root"  # the run's checkpoint folder, as clipflow.made's messages name it
+PENDING = "being written"  # a record entry's mark from before a save until its sha256 is recorded (see save)
 RUN_FACTS = "run.json"  # beside the checkpoints: what `clipflow status` and collection need to know of the run
 
 
@@ -36,6 +49,34 @@ def order_points(names: list[str]) -> list[Point]:
     e - 1's end."""
     found = [(int(m.group(1)), int(m.group(2) or 0)) for name in names if (m := NAME.match(name))]
     return sorted(found, key=point_order)
+
+
+def run_points(names: Iterable[str], files: dict) -> list[Point]:
+    """The run's checkpoints among ``names`` (a folder's listing), oldest first, as the folder's record ``files``
+    names them (:meth:`clipflow.made.Made.entries`): the recorded ones there; every checkpoint name in a folder
+    whose record names none (a run from before the record)."""
+    names = list(names)
+    if names_checkpoints(files):
+        return order_points([name for name in names if name in files])
+    return order_points(names)
+
+
+def points_there(where, folder: str) -> list[Point]:
+    """:func:`run_points` of ``folder`` on ``where``'s host (:mod:`clipflow.hosts.files`), from its listing and
+    its record; a record that cannot be read names none (then each copy is checked by its ``.sha256``)."""
+    names = where.names(folder)
+    files: dict = {}
+    if RECORD in names:
+        try:
+            files = record_files(where.read_text(f"{folder}/{RECORD}"))
+        except (OSError, ValueError):
+            files = {}
+    return run_points(names, files)
+
+
+def names_checkpoints(files: dict) -> bool:
+    """Whether a record's ``files`` name any checkpoint: a store wrote there since checkpoints are recorded."""
+    return any(NAME.match(name) for name in files)
 
 
 def point_order(point: Point) -> tuple[int, int]:
@@ -104,16 +145,16 @@ def telling_resume(folder: Path) -> Iterator[None]:
 
 
 def resumable_from(folder: Path) -> str:
-    """What a rerun of the run whose checkpoints are in ``folder`` goes on from, truly: its newest checkpoint whose
-    bytes match the sha256 recorded beside it, or that there is none and the run starts afresh."""
-    for point in reversed(order_points([p.name for p in folder.iterdir()] if folder.is_dir() else [])):
-        path = folder / checkpoint_name(*point)
-        try:
-            if parse_checksum(checksum_path(path).read_text(encoding="utf-8"), path.name) == sha256_of(path):
-                return f"a rerun resumes from {path}"
-        except (OSError, ValueError):
-            continue
-    return f"{folder} holds no complete checkpoint, so a rerun starts afresh"
+    """What a rerun of the run whose checkpoints are in ``folder`` goes on from, truly: the newest of the run's
+    checkpoints whose bytes are the ones written (:meth:`CheckpointStore.newest_intact`), or that there is none and
+    the run starts afresh."""
+    try:
+        path = CheckpointStore(folder, log=lambda line: None).newest_intact()
+    except ClipflowError as exc:  # a record that is not clipflow's: what the rerun will say
+        return str(exc)
+    if path is None:
+        return f"{folder} holds no complete checkpoint, so a rerun starts afresh"
+    return f"a rerun resumes from {path}"
 
 
 class CheckpointStore:
@@ -123,53 +164,178 @@ class CheckpointStore:
         self.folder = Path(folder)
         self.keep = keep
         self.log = log
+        self.made = Made(self.folder, FLAG)
+        self.said: set[str] = set()  # the names of files left alone, each said once
 
     def path(self, epoch: int, iteration: int = 0) -> Path:
         return self.folder / checkpoint_name(epoch, iteration)
 
     def points(self) -> list[Point]:
-        """The (epoch, iteration) of every checkpoint here, oldest first: inside epoch e comes after e - 1's end."""
-        if not self.folder.is_dir():
-            return []
-        return order_points([p.name for p in self.folder.iterdir()])
+        """The (epoch, iteration) of every checkpoint of the run here, oldest first: inside epoch e comes after
+        e - 1's end (:func:`run_points`; the bytes are checked when one is resumed from or pruned)."""
+        return self._points(self._files())
 
     def epochs(self) -> list[int]:
         """The epochs whose end has a checkpoint."""
         return [epoch for epoch, iteration in self.points() if not iteration]
 
     def save(self, state: dict, epoch: int, iteration: int = 0) -> Path:
+        """``state`` saved as the checkpoint of ``epoch`` (``iteration`` into it), recorded as the run's; then the
+        run's checkpoints beyond the newest ``keep`` are pruned. Before the file is written its name is recorded
+        as :data:`PENDING` (its ``.sha256``, written by :func:`atomic_save`, then decides), so a kill before its
+        sha256 is recorded still leaves it the run's."""
         path = self.path(epoch, iteration)
-        atomic_save(state, path)
-        # pruning touches only epoch_*.pt names (and their .sha256) in this folder, the run's own: best.pt,
-        # best.json, run.json, job.json, set-aside folders and anything else there are never removed; keep >= 1
-        # (the recipe schema), so never the newest
-        for old in self.points()[: -self.keep]:
-            self.path(*old).unlink(missing_ok=True)
-            checksum_path(self.path(*old)).unlink(missing_ok=True)
+        files = self._files()
+        changes = {} if names_checkpoints(files) else self._adopted(files)
+        prior = changes.get(path.name) or files.get(path.name)
+        if path.is_symlink() or (path.exists() and not (
+            path.name in changes or (isinstance(prior, list) and not self._changed(path.name, files))
+        )):  # fmt: skip
+            self._move_aside(path)  # someone else's file of this name (or one changed since): kept, never replaced
+        accepted = [d for d in prior if d != PENDING] if isinstance(prior, list) else []
+        changes[path.name] = [*accepted, PENDING]  # the old bytes stay accepted until the new ones are in place
+        self.made.update(changes)
+        try:
+            atomic_save(state, path)
+        except BaseException:  # nothing was renamed onto the name (a full disk, a kill): the record as it was
+            with contextlib.suppress(Exception):
+                self.made.update({path.name: prior if isinstance(prior, list) else None})
+            raise
+        self.made.update({path.name: [recorded_beside(path) or sha256_of(path)]})
+        self._prune()
         return path
 
     def load_newest(self) -> tuple[dict, Path] | None:
-        """The newest checkpoint that loads; a damaged one is reported and skipped, never deleted. None when there
-        is no checkpoint; checkpoints none of which loads are a ClipflowError naming them (never a silent fresh
-        start)."""
-        points = self.points()
+        """The newest checkpoint of the run that loads; a damaged or changed one is reported and skipped, never
+        deleted. None when there is no checkpoint; checkpoints none of which loads are a ClipflowError naming them
+        (never a silent fresh start), as is one whose pickle asks for more than a checkpoint holds."""
+        files = self._files()
+        points = self._points(files)
+        self._say_foreign(files)
         if not points:
             return None  # no torch import for a folder without checkpoints (a fresh run's launcher)
-        import torch
+        from clipflow.safe_load import load_weights_only
 
         for point in reversed(points):
             path = self.path(*point)
             try:
-                state = torch.load(path, map_location="cpu", weights_only=False)
+                why = self._changed(path.name, files)
+                if why:
+                    raise ValueError(why)
+                state = load_weights_only(path, "checkpoint")
                 if not isinstance(state, dict) or "model" not in state:
                     raise ValueError("not a clipflow checkpoint")
                 return state, path
+            except ClipflowError:
+                raise
             except Exception as exc:
-                self.log(f"checkpoint {path} cannot be loaded ({str(exc).splitlines()[0][:120]}); trying an older one")
-        if points:
-            names = ", ".join(checkpoint_name(*point) for point in points)
-            raise ClipflowError(
-                f"{self.folder}: none of its checkpoints loads ({names}); restore a good copy there, or set "
-                "train.resume: never (--resume never) to start afresh with them set aside"
-            )
+                self.log(f"checkpoint {path} cannot be loaded ({str(exc).splitlines()[0][:200]}); trying an older one")
+        names = ", ".join(checkpoint_name(*point) for point in points)
+        raise ClipflowError(
+            f"{self.folder}: none of its checkpoints loads ({names}); restore a good copy there, or set "
+            "train.resume: never (--resume never) to start afresh with them set aside"
+        )
+
+    def newest_intact(self) -> Path | None:
+        """The newest of the run's checkpoints whose bytes are the ones written (what :meth:`load_newest` resumes
+        from when it loads); not loaded."""
+        files = self._files()
+        for point in reversed(self._points(files)):
+            path = self.path(*point)
+            try:
+                if not self._changed(path.name, files):
+                    return path
+            except OSError:
+                continue
         return None
+
+    def record_copy(self, name: str, digest: str) -> None:
+        """The checkpoint ``name``, copied here with its sha256 ``digest`` checked, recorded as the run's."""
+        files = self._files()
+        changes = {} if names_checkpoints(files) else self._adopted(files)
+        changes[name] = [digest]
+        self.made.update(changes)
+
+    # -- what is the run's ---------------------------------------------------------------------------
+
+    def _files(self) -> dict:
+        return self.made.entries() if self.folder.is_dir() else {}
+
+    def _names(self) -> list[str]:
+        return [p.name for p in self.folder.iterdir()] if self.folder.is_dir() else []
+
+    def _points(self, files: dict) -> list[Point]:
+        return run_points(self._names(), files)
+
+    def _changed(self, name: str, files: dict) -> str | None:
+        """Why the checkpoint ``name`` here is not as clipflow wrote it (damaged, replaced, its save cut short), or
+        None. A recorded one: it has no ``.sha256`` beside it, or its sha256 is not the recorded one (while it is
+        being written: not its ``.sha256``'s); one of a folder from before the record: its ``.sha256`` records other
+        bytes (none there: nothing to check it by)."""
+        path = self.folder / name
+        found = sha256_of(path)
+        entry = files.get(name)
+        if not isinstance(entry, list):
+            return damage(path, found)
+        beside = recorded_beside(path)
+        if beside is None:  # atomic_save renames the two together: collection could not check a copy of it
+            return f"its save was cut short, or its {checksum_path(path).name} was removed: it has no sha256 beside it"
+        if found in entry or (PENDING in entry and beside == found):
+            return None
+        return damage(path, found) or (
+            f"changed since clipflow wrote it: its sha256 {found[:12]}... is not the one {RECORD} records"
+        )
+
+    def _adopted(self, files: dict) -> dict[str, list[str] | None]:
+        """A folder from before the record: its checkpoints whose ``.sha256`` verifies, recorded as the run's."""
+        adopted: dict[str, list[str] | None] = {}
+        for name in (checkpoint_name(*point) for point in self._points(files)):
+            found = sha256_of(self.folder / name)
+            if recorded_beside(self.folder / name) == found:
+                adopted[name] = [found]
+        return adopted
+
+    def _say_foreign(self, files: dict) -> None:
+        """Each file with a checkpoint's name that the record does not name as the run's, said once."""
+        if not names_checkpoints(files):
+            return
+        for name in sorted(n for n in self._names() if NAME.match(n) and n not in files):
+            self._say_once(
+                name,
+                f"{self.folder / name}: not a checkpoint clipflow wrote for this run (it is not in {RECORD}): left "
+                f"in place, never resumed from nor pruned; move it out of {self.folder} if it is not to stay there",
+            )
+
+    def _say_once(self, name: str, line: str) -> None:
+        if name not in self.said:
+            self.said.add(name)
+            self.log(line)
+
+    def _move_aside(self, path: Path) -> None:
+        base = f"{path.name}.not-clipflow-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
+        aside, n = path.with_name(base), 1
+        while aside.exists() or aside.is_symlink():
+            n += 1
+            aside = path.with_name(f"{base}-{n}")
+        os.replace(path, aside)
+        self.log(f"{path}: not a checkpoint clipflow wrote for this run, and the run saves one of that name now: "
+                 f"moved to {aside.name} beside it, not replaced")  # fmt: skip
+
+    def _prune(self) -> None:
+        """The run's checkpoints beyond the newest ``keep`` removed, with their ``.sha256``, where their bytes are
+        the ones written (keep >= 1, so never the newest); best.pt, run.json, job.json, set-aside folders and
+        every file not recorded as the run's stay."""
+        files = self._files()
+        self._say_foreign(files)
+        gone: dict[str, list[str] | None] = {}
+        for point in self._points(files)[: -self.keep]:
+            path = self.path(*point)
+            why = self._changed(path.name, files)
+            if why:
+                self._say_once(path.name, f"checkpoint {path} is not pruned ({why}): left in place")
+                continue
+            path.unlink(missing_ok=True)
+            checksum_path(path).unlink(missing_ok=True)
+            gone[path.name] = None
+        if gone:
+            self.made.update(gone)

@@ -13,28 +13,47 @@ checkpoint does (:func:`keep_home_copy`), so a host lost later loses nothing.
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
-from clipflow.checksums import SUFFIX
+from clipflow.checksums import SUFFIX, recorded_beside, sha256_of
 from clipflow.errors import ClipflowError
 from clipflow.hosts.files import LocalFiles, SftpFiles
 from clipflow.hosts.transfer import fetch_checked, push_checked
 from clipflow.launch.push import open_remote
-from clipflow.train.checkpoint import RUN_FACTS, checkpoint_name, order_points, point_order
+from clipflow.made import RECORD, record_files, record_text
+from clipflow.train.checkpoint import FLAG, RUN_FACTS, CheckpointStore, checkpoint_name, point_order, points_there
 from clipflow.train.job import TrainJob
 
 RUN_FILES = ("metrics.jsonl", RUN_FACTS, "best.pt", "best.json")  # beside the checkpoints, carried with them
 
 
 def newest_point(where: SftpFiles | LocalFiles, folder: str) -> tuple[int, int] | None:
-    points = order_points(where.names(folder))
+    points = points_there(where, folder)  # the run's, as the folder's record names them
     return points[-1] if points else None
+
+
+def record_there(where: SftpFiles, folder: str, name: str, digest: str, scratch: Path) -> None:
+    """The checkpoint ``name`` put in ``folder`` on ``where``'s host recorded there as the run's (its record read,
+    the name added, written back whole): rank 0's store resumes from recorded checkpoints only."""
+    try:
+        files = record_files(where.read_text(f"{folder}/{RECORD}")) if where.exists(f"{folder}/{RECORD}") else {}
+    except ValueError:
+        raise ClipflowError(
+            f"{FLAG} {where.shown(folder)} on {where.host}: {RECORD} is not a record clipflow wrote, so it cannot "
+            "tell the run's checkpoints from others; move it away there"
+        ) from None
+    files[name] = [digest]
+    text = scratch / RECORD
+    text.write_text(record_text(files), encoding="utf-8")
+    where.put(text, f"{folder}/{RECORD}")
 
 
 def carry_run(source: SftpFiles | LocalFiles, folder: str, point: tuple[int, int], home: Path) -> None:
     """The checkpoint ``point`` and the run's files beside it, from ``source``'s ``folder`` into ``home``, each
     checked against its sha256."""
-    fetch_checked(source, f"{folder}/{checkpoint_name(*point)}", home / checkpoint_name(*point))
+    name = checkpoint_name(*point)
+    CheckpointStore(home).record_copy(name, fetch_checked(source, f"{folder}/{name}", home / name))
     names = source.names(folder)
     for name in RUN_FILES:
         if name in names and name + SUFFIX in names:
@@ -84,6 +103,9 @@ def place_newest_checkpoint(home_job: TrainJob, host_job: TrainJob, log=print) -
             try:
                 for local in [home / name, *(home / f for f in RUN_FILES if (home / f).exists())]:
                     push_checked(destination, local, f"{remote}/{local.name}")
+                with tempfile.TemporaryDirectory(prefix="clipflow-record-") as scratch:
+                    digest = recorded_beside(home / name) or sha256_of(home / name)  # pushed with it, checked
+                    record_there(destination, remote, name, digest, Path(scratch))
             finally:
                 destination.close()
         except ClipflowError as exc:

@@ -44,7 +44,7 @@ from typing import Any
 from clipflow.checksums import SUFFIX, sha256_of
 from clipflow.data.listfile import VideoEntry
 from clipflow.errors import ClipflowError
-from clipflow.train.checkpoint import NAME, RUN_FACTS, CheckpointStore
+from clipflow.train.checkpoint import NAME, RUN_FACTS, CheckpointStore, checkpoint_name
 from clipflow.train.schedule import Schedule, scaled_lr
 
 SET_ASIDE = "set-aside-"
@@ -187,12 +187,14 @@ def old_layout(folder: Path) -> list[Path]:
 
 
 def earlier_files(folder: Path) -> list[Path]:
-    """The earlier run's files in ``folder``: its checkpoints, best model, history and facts, with their
-    sha256 files; never job.json nor clipflow's own records."""
+    """The earlier run's files in ``folder``: its checkpoints (the store's, :mod:`clipflow.train.checkpoint`),
+    best model, history and facts, with their sha256 files; never job.json, clipflow's own records, nor a file of
+    someone else's with a checkpoint's name."""
     if not folder.is_dir():
         return []
     names = {p.name for p in folder.iterdir() if p.is_file()}
-    own = [n for n in names if NAME.match(n) or n in RUN_FILES]
+    run = {checkpoint_name(*point) for point in CheckpointStore(folder).points()}
+    own = [n for n in names if n in run or n in RUN_FILES]
     return [folder / n for n in sorted(own + [n + SUFFIX for n in own if n + SUFFIX in names])]
 
 
@@ -215,11 +217,13 @@ def set_aside(folder: Path, log=print) -> Path | None:
     return target
 
 
-def check_resume(folder: Path, new: dict[str, Any], resume: str, log=print) -> tuple[dict, Path] | None:
+def check_resume(folder: Path, new: dict[str, Any], resume: str, log=print,
+                 store: CheckpointStore | None = None) -> tuple[dict, Path] | None:  # fmt: skip
     """The one check before a run starts, in the launcher and in rank 0: the newest checkpoint in ``folder`` that
     loads, when the job (``new``: :func:`job_facts`) may go on from it (its changes printed), or None for a fresh
     start (no checkpoint; ``resume`` never: the earlier files set aside first). ClipflowError, one line, when
-    checkpoints exist that cannot be used: an old-layout folder, none that loads, a refused change."""
+    checkpoints exist that cannot be used: an old-layout folder, none that loads, a refused change. ``store``: the
+    folder's :class:`CheckpointStore` when the caller has one (what it says of others' files is said once)."""
     folder = Path(folder)
     if resume == "never":
         set_aside(folder, log)
@@ -231,7 +235,7 @@ def check_resume(folder: Path, new: dict[str, Any], resume: str, log=print) -> t
             f"its files up into {folder} to resume from them, or set train.resume: never (--resume never) to start "
             "afresh with them set aside"
         )
-    found = CheckpointStore(folder, log=log).load_newest()
+    found = (store or CheckpointStore(folder, log=log)).load_newest()
     if found is None:
         return None
     state, path = found

@@ -91,6 +91,13 @@ def step_seed(seed: int, rank: int, step: int) -> int:
     return int(np.random.SeedSequence([seed, rank, step]).generate_state(1)[0])
 
 
+def plain_numpy_state() -> tuple:
+    """numpy's global RNG state as plain values (its key array as a list): a checkpoint loads with weights only
+    (clipflow.safe_load); ``np.random.set_state`` takes it back as it is."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    return kind, keys.tolist(), int(pos), int(has_gauss), float(cached)
+
+
 class Trainer:
     def __init__(self, job: TrainJob, comm: PSComm | DDPComm, device: torch.device | None = None, log=print,
                  notice: Notice | None = None):  # fmt: skip
@@ -121,7 +128,9 @@ class Trainer:
         self.own_entries = read_list(shard)  # read once: the layout cuts it into slot parts (_use_layout)
         self.facts = job_facts(job, listed_iterations(self.own_entries, t))  # saved in every checkpoint
         # rank 0's checkpoint, checked against this job (or the earlier files set aside) before anything is read
-        self.found = check_resume(self.store.folder, self.facts, job.policy.resume, log) if self.rank == 0 else None
+        self.found = (
+            check_resume(self.store.folder, self.facts, job.policy.resume, log, self.store) if self.rank == 0 else None
+        )
         self.faults = FaultInjector(self.rank)
         self.eval_every = t["eval_every"] if paths.val_list is not None else 0
         self.val = (
@@ -419,7 +428,7 @@ class Trainer:
             "schedule": vars(self.schedule),
             "rng": {
                 "torch": torch.get_rng_state(),
-                "numpy": np.random.get_state(),
+                "numpy": plain_numpy_state(),
                 "python": random.getstate(),
                 **({"cuda": torch.cuda.get_rng_state(self.device)} if self.device.type == "cuda" else {}),
             },
