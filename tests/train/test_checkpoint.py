@@ -17,8 +17,17 @@ from safety_helpers import code_running_checkpoint
 from clipflow.checksums import record_checksum, sha256_of
 from clipflow.errors import ClipflowError
 from clipflow.files import DiskFull
+from clipflow.hosts.files import LocalFiles
 from clipflow.made import RECORD, Made
-from clipflow.train.checkpoint import FLAG, PENDING, CheckpointStore, atomic_save, resumable_from, telling_resume
+from clipflow.train.checkpoint import (
+    FLAG,
+    PENDING,
+    CheckpointStore,
+    atomic_save,
+    points_there,
+    resumable_from,
+    telling_resume,
+)  # fmt: skip
 from clipflow.train.trainer import plain_numpy_state
 
 BIG = {"model": {"w": torch.zeros(40_000)}}  # 160 KB: more than the small disk holds
@@ -206,3 +215,14 @@ def test_a_checkpoints_rng_state_is_plain_values(tmp_path):
     expected = np.random.rand()
     np.random.set_state(torch.load(tmp_path / "epoch_0001.pt", weights_only=True)["rng"]["numpy"])
     assert np.random.rand() == expected
+
+
+def test_a_hosts_folder_lists_the_run_s_checkpoints_as_the_store_does(tmp_path):
+    # what collect and the own-disk resume read on a host: its listing and its record
+    store = CheckpointStore(tmp_path / "ckpt", log=lambda line: None)
+    store.save(state(1), 1)
+    (tmp_path / "ckpt" / "epoch_0007.pt").write_bytes(b"not a checkpoint")
+    where = LocalFiles("localhost", tmp_path)
+    assert points_there(where, "ckpt") == store.points() == [(1, 0)]
+    (tmp_path / "ckpt" / RECORD).write_text("not a record")  # unreadable: every name counts, each copy checked
+    assert points_there(where, "ckpt") == [(1, 0), (7, 0)]

@@ -112,19 +112,6 @@ def test_an_old_layout_subfolder_is_refused_naming_it(tmp_path, tiny_videos):
     assert_refused(done, str(old), "move its files up", "train.resume: never")
 
 
-def test_a_checkpoint_whose_pickle_would_run_code_is_refused_before_any_role_starts(tmp_path, tiny_videos):
-    splits = two_splits(tmp_path, tiny_videos, 4)
-    evil = code_running_checkpoint(tmp_path / "ckpt" / "epoch_0001.pt", tmp_path / "ran")
-    done = launch(tmp_path, tiny_videos, splits, overrides=TWO_EPOCHS)
-    assert_refused(
-        done,
-        f"checkpoint {evil}: its pickle asks for exec, which no file clipflow writes holds (loading it could run "
-        "code): not loaded; use a file clipflow wrote, or, if you trust this one, load it yourself and save its "
-        "tensors again with torch.save",
-    )
-    assert not (tmp_path / "ran").exists()
-
-
 # -- resume_check on facts dicts, no training -------------------------------------------------------------------
 
 
@@ -191,3 +178,16 @@ def test_a_refusal_is_one_line_naming_every_refused_setting(tmp_path):
     state, path = check_resume(folder, facts(train__eval_every=2), "auto", log=said.append)
     assert path == folder / "epoch_0001.pt" and state["step"] == 3
     assert said == ["clipflow: resume from epoch_0001.pt: train.eval_every: 1 -> 2"]  # the lr does not move
+
+
+def test_a_checkpoint_whose_pickle_would_run_code_is_refused_and_nothing_runs(tmp_path):
+    # the check the launcher and rank 0 make before a run starts
+    evil = code_running_checkpoint(tmp_path / "ckpt" / "epoch_0001.pt", tmp_path / "ran")
+    with pytest.raises(ClipflowError) as err:
+        check_resume(tmp_path / "ckpt", facts(), "auto", log=lambda _: None)
+    assert str(err.value) == (
+        f"checkpoint {evil}: its pickle asks for exec, which no file clipflow writes holds (loading it could run "
+        "code): not loaded; use a file clipflow wrote, or, if you trust this one, load it yourself and save its "
+        "tensors again with torch.save"
+    )
+    assert not (tmp_path / "ran").exists()
