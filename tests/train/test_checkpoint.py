@@ -94,6 +94,8 @@ def test_others_files_with_checkpoint_names_are_kept_and_the_runs_newest_resumed
     (tmp_path / "epoch_0000.pt").write_bytes(b"the user's")
     (tmp_path / "epoch_0007.pt").write_bytes(b"not a checkpoint")
     theirs = {name: sha256_of(tmp_path / name) for name in ("notes.txt", "epoch_0000.pt", "epoch_0007.pt")}
+    launcher = CheckpointStore(tmp_path, keep=1, log=said.append, name_others=False)  # rank 0 names them
+    assert launcher.load_newest()[1] == tmp_path / "epoch_0001.pt" and said == []
     store = CheckpointStore(tmp_path, keep=1, log=said.append)
     found, path = store.load_newest()
     assert path == tmp_path / "epoch_0001.pt" and found["epoch"] == 1

@@ -158,7 +158,7 @@ def resumable_from(folder: Path) -> str:
 
 
 class CheckpointStore:
-    def __init__(self, folder: str | Path, keep: int = 3, log=print):
+    def __init__(self, folder: str | Path, keep: int = 3, log=print, name_others: bool = True):
         if keep < 1:  # points()[:-0] would prune nothing, [:-(-1)] the oldest whatever the count: neither is meant
             raise ValueError(f"keep must be >= 1 (checkpoints kept), got {keep}")
         self.folder = Path(folder)
@@ -166,6 +166,7 @@ class CheckpointStore:
         self.log = log
         self.made = Made(self.folder, FLAG)
         self.said: set[str] = set()  # the names of files left alone, each said once
+        self.name_others = name_others  # False: the launcher's look before rank 0's, which names them
 
     def path(self, epoch: int, iteration: int = 0) -> Path:
         return self.folder / checkpoint_name(epoch, iteration)
@@ -297,7 +298,7 @@ class CheckpointStore:
 
     def _say_foreign(self, files: dict) -> None:
         """Each file with a checkpoint's name that the record does not name as the run's, said once."""
-        if not names_checkpoints(files):
+        if not names_checkpoints(files) or not self.name_others:
             return
         for name in sorted(n for n in self._names() if NAME.match(n) and n not in files):
             self._say_once(

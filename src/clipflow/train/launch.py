@@ -16,6 +16,7 @@ from clipflow.launch.processes import Ending
 from clipflow.launch.slurm_deadline import notice_deadline
 from clipflow.launch.start import HostRun, job_command, run_workers
 from clipflow.recipe import check_span_in_lists
+from clipflow.train.checkpoint import CheckpointStore
 from clipflow.train.job import JOB_FILE, TrainJob
 from clipflow.train.requeue import requeue_after_notice
 from clipflow.train.restarts import check_restart_inputs, newest_checkpoint, run_with_restarts
@@ -58,7 +59,9 @@ def launch_training(job: TrainJob, log_dir: str, grace: float, on_notice: str, s
         check_span_in_lists(job.recipe, lists, "the recipe")
     check_restart_inputs(job, own_disks=local is not None)
     if local is None:
-        found = check_resume(job.paths.checkpoint_root, job_facts(job, listed_iterations_of(job)), job.policy.resume)
+        root = job.paths.checkpoint_root  # rank 0 looks again and names others' files there, once
+        found = check_resume(root, job_facts(job, listed_iterations_of(job)), job.policy.resume,
+                             store=CheckpointStore(root, name_others=False))  # fmt: skip
         if found is not None and "layout" in found[0]:  # a resize the policy refuses, named before any role starts
             train = job.recipe["train"]
             decide(Layout.of(found[0]["layout"]), job.plan.num_workers, train["batch_size"], train["accumulate"],
