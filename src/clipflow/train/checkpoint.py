@@ -198,9 +198,10 @@ class CheckpointStore:
         self.made.update(changes)
         try:
             atomic_save(state, path)
-        except BaseException:  # nothing was renamed onto the name (a full disk, a kill): the record as it was
-            with contextlib.suppress(Exception):
-                self.made.update({path.name: prior if isinstance(prior, list) else None})
+        except BaseException:  # a full disk, an interrupt: where the new bytes never reached the name, the record
+            with contextlib.suppress(Exception):  # goes back as it was
+                if not path.exists() or sha256_of(path) in accepted:
+                    self.made.update({path.name: accepted or None})
             raise
         self.made.update({path.name: [recorded_beside(path) or sha256_of(path)]})
         self._prune()
