@@ -127,6 +127,7 @@ def test_a_train_job_past_its_time_limit_is_requeued_by_the_launcher_and_the_wor
     config = json.loads((work / "tiny.yaml").read_text())
     config["overrides"]["train"]["epochs"] = EPOCHS
     config["cluster"]["slurm"].update(time_limit=2, notice_s=40)
+    config.setdefault("train", {})["stop_grace"] = 30  # below the notice (clipflow refuses a notice the grace outlasts)
     (work / "tiny.yaml").write_text(json.dumps(config))
     before = jobs_of_rule(slurm, "train")
     done = snakemake_slurm(slurm, work, "results/tiny/train/model_final.pt", "--verbose", timeout=900,
