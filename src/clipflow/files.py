@@ -102,6 +102,21 @@ def room_for(path: str | Path, needed: int | None = None) -> Iterator[None]:
         raise DiskFull.of(Path(path), exc.errno, needed) from None
 
 
+def append_whole(fd: int, name: str | Path, data: bytes) -> None:
+    """``data`` appended to the open file ``fd`` (the file ``name``), unbuffered, so a kill loses at most what is
+    being written; a full disk cuts the part it wrote off again (the next append starts where this one did) and is
+    :class:`DiskFull` naming ``name``."""
+    size = os.fstat(fd).st_size
+    try:
+        with room_for(name, len(data)):
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+    except DiskFull:
+        os.ftruncate(fd, size)
+        raise
+
+
 @contextlib.contextmanager
 def temp_beside(path: str | Path, suffix: str = ".tmp", needed: int | None = None, prefix: str = "") -> Iterator[Path]:
     """A new empty file beside ``path`` (:func:`fresh_tmp`) for the block to fill and rename onto its name;

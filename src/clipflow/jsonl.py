@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import IO
 
 from clipflow.checksums import checksum_path, record_checksum
-from clipflow.files import DiskFull, room_for
+from clipflow.files import append_whole
 from clipflow.textfile import decode, named, parse_object, read_bytes
 
 CUT = ".cut-"  # <record>.cut-<n>: a cut last line, set aside
+TAIL_BLOCK = 1 << 16  # bytes read at a time from a record's end, back to its last newline
 
 
 def _note(line: str) -> None:
@@ -74,15 +75,31 @@ def _set_aside(path: Path, data: bytes) -> Path:
         return aside
 
 
+def _end(path: Path) -> tuple[int, bytes]:
+    """Where ``path``'s whole lines end and the bytes after them, read from its end only (a journal can be long)."""
+    with path.open("rb") as fh:
+        start = fh.seek(0, os.SEEK_END)
+        tail = b""
+        while start:
+            step = min(TAIL_BLOCK, start)
+            start -= step
+            fh.seek(start)
+            block = fh.read(step) + tail
+            newline = block.rfind(b"\n")
+            if newline >= 0:
+                return start + newline + 1, block[newline + 1 :]
+            tail = block
+        return 0, tail
+
+
 def open_for_append(path: str | Path, log: Callable[[str], None] = print) -> Path | None:
     """Makes the record ``path`` (when it is there) end in a whole line before a record is added to it, as the
     module's docstring says; the set-aside file, or None when nothing was cut."""
     path = Path(path)
     try:
-        data = path.read_bytes()
+        whole, tail = _end(path)
     except FileNotFoundError:
         return None
-    whole, tail = _split(data)
     if not tail:
         return None
     aside = None
@@ -92,11 +109,11 @@ def open_for_append(path: str | Path, log: Callable[[str], None] = print) -> Pat
     else:
         aside = _set_aside(path, tail)  # first: a crash before the cut below leaves the bytes twice, never lost
         with path.open("r+b") as fh:
-            fh.truncate(len(whole))
+            fh.truncate(whole)
     if checksum_path(path).exists():
         record_checksum(path)
     if aside is not None:
-        kept = whole.count(b"\n")
+        kept = path.read_bytes().count(b"\n")  # only when a line was cut: the count the message gives
         log(f"clipflow: {path} ended in a line cut short ({len(tail)} bytes without a newline, from a write that "
             f"was stopped): its bytes are set aside in {aside} and the record goes on after its "
             f"{kept} whole lines; look at {aside.name} and delete it when it holds nothing you need")  # fmt: skip
@@ -141,17 +158,7 @@ def journal_lines(journal: Path, log: Callable[[str], None] = print) -> Iterator
 
 
 def append_record(log: IO[str], record: dict) -> None:
-    """Appends one journal record, unbuffered, so a kill loses at most the line being written; a full disk cuts
-    the part it wrote off again and is :class:`clipflow.files.DiskFull`."""
-    data = (json.dumps(record) + "\n").encode("utf-8")
+    """Appends one journal record (:func:`clipflow.files.append_whole`): a kill loses at most the line being
+    written, a full disk cuts the part it wrote off again and is :class:`clipflow.files.DiskFull`."""
     log.flush()
-    fd = log.fileno()
-    size = os.fstat(fd).st_size
-    try:
-        with room_for(log.name, len(data)):
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-    except DiskFull:
-        os.ftruncate(fd, size)
-        raise
+    append_whole(log.fileno(), log.name, (json.dumps(record) + "\n").encode("utf-8"))

@@ -33,7 +33,6 @@ worker shares; on hosts with their own disks (staged data) a resize inside an ep
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -45,7 +44,7 @@ from typing import TYPE_CHECKING
 from clipflow.data.listfile import VideoEntry, list_text, parse_line
 from clipflow.data.splits import epoch_order
 from clipflow.errors import ClipflowError
-from clipflow.files import DiskFull, room_for
+from clipflow.files import append_whole
 
 if TYPE_CHECKING:  # torch is imported where a worker needs it: the launcher reads layouts without it
     import torch
@@ -247,11 +246,8 @@ class SampleLog:
         if self.path is None:
             return
         text = "".join(f"{self.attempt}\t{epoch}\t{step}\t{slot}\t{path}\t{w:g}\n" for slot, path, w in rows)
-        size = self.path.stat().st_size if self.path.exists() else 0
-        try:
-            with room_for(self.path, len(text.encode())), self.path.open("a") as fh:
-                fh.write(text)
-        except DiskFull:
-            with contextlib.suppress(OSError):
-                os.truncate(self.path, size)  # no cut line: the next step's rows start on a line of their own
-            raise
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        try:  # a full disk leaves no cut line: the next step's rows start on a line of their own
+            append_whole(fd, self.path, text.encode())
+        finally:
+            os.close(fd)
