@@ -18,16 +18,20 @@ from clipflow.checksums import record_checksum, sha256_of
 from clipflow.errors import ClipflowError
 from clipflow.files import DiskFull
 from clipflow.hosts.files import LocalFiles
-from clipflow.made import RECORD, Made
+from clipflow.made import JOURNAL, RECORD, Made
 from clipflow.train.checkpoint import (
+    BEST,
     FLAG,
+    HISTORY,
     PENDING,
+    RUN_FILES,
     CheckpointStore,
     atomic_save,
     points_there,
     resumable_from,
     telling_resume,
 )  # fmt: skip
+from clipflow.train.host_run import carry_run
 from clipflow.train.trainer import plain_numpy_state
 
 BIG = {"model": {"w": torch.zeros(40_000)}}  # 160 KB: more than the small disk holds
@@ -168,8 +172,8 @@ def test_someone_elses_file_of_the_name_a_save_writes_is_moved_aside_not_replace
     aside = [p for p in tmp_path.iterdir() if p.name.startswith("epoch_0002.pt.not-clipflow-")]
     assert len(aside) == 1 and aside[0].read_bytes() == b"the user's"
     assert said[-1] == (
-        f"{tmp_path / 'epoch_0002.pt'}: not a checkpoint clipflow wrote for this run, and the run saves one of that "
-        f"name now: moved to {aside[0].name} beside it, not replaced"
+        f"{tmp_path / 'epoch_0002.pt'}: not a file clipflow wrote for this run, and the run writes one of that name "
+        f"now: moved to {aside[0].name} beside it, not replaced"
     )
     assert store.load_newest()[0]["epoch"] == 2
 
@@ -228,3 +232,92 @@ def test_a_hosts_folder_lists_the_run_s_checkpoints_as_the_store_does(tmp_path):
     assert points_there(where, "ckpt") == store.points() == [(1, 0)]
     (tmp_path / "ckpt" / RECORD).write_text("not a record")  # unreadable: every name counts, each copy checked
     assert points_there(where, "ckpt") == [(1, 0), (7, 0)]
+
+
+def write_run_file(store: CheckpointStore, name: str, epoch: int) -> None:
+    """The run's file ``name`` as the trainer writes it: best.pt a model, the others text."""
+    if name == BEST:
+        store.put(name, lambda to: atomic_save(state(epoch), to))
+    else:
+        store.put_text(name, json.dumps({"epoch": epoch}) + "\n")
+
+
+def moved_aside(folder) -> dict:
+    """name -> the file set aside in ``folder`` for it (``<name>.not-clipflow-<UTC>``, its .sha256 beside it)."""
+    sums = {True: ".sha256", False: ""}
+    return {p.name.split(".not-clipflow-")[0] + sums[p.suffix == ".sha256"]: p
+            for p in folder.iterdir() if ".not-clipflow-" in p.name}  # fmt: skip
+
+
+def test_the_runs_other_files_replace_their_own_and_set_anyone_elses_aside(tmp_path):
+    # best.pt, best.json, the history and run.json beside the checkpoints: a user's file of one of those names, or
+    # one changed since the run wrote it, is moved aside and named once; the run's own is replaced silently
+    said: list[str] = []
+    store = CheckpointStore(tmp_path, log=said.append)
+    store.save(state(1), 1)
+    theirs = {name: f"the user's {name}".encode() for name in RUN_FILES}
+    for name, data in theirs.items():
+        (tmp_path / name).write_bytes(data)
+    (tmp_path / "best.pt.sha256").write_text("their own checksum file\n")
+    assert [store.is_runs(name) for name in RUN_FILES] == [False] * 4
+    for name in RUN_FILES:
+        write_run_file(store, name, 1)
+    aside = moved_aside(tmp_path)
+    assert sorted(aside) == sorted([*RUN_FILES, "best.pt.sha256"])
+    assert {name: aside[name].read_bytes() for name in RUN_FILES} == theirs
+    assert aside["best.pt.sha256"].read_text() == "their own checksum file\n"
+    assert aside["best.pt.sha256"].name == aside[BEST].name + ".sha256"
+    assert said == [
+        f"{tmp_path / name}: not a file clipflow wrote for this run, and the run writes one of that name now: moved "
+        f"to {aside[name].name} beside it, not replaced"
+        for name in RUN_FILES
+    ]
+    assert [store.is_runs(name) for name in RUN_FILES] == [True] * 4
+    record = json.loads((tmp_path / RECORD).read_text())["files"]
+    assert record[HISTORY] == JOURNAL  # appended to by its name; the others by their bytes
+    assert all(record[name] == [sha256_of(tmp_path / name)] for name in RUN_FILES if name != HISTORY)
+    (tmp_path / "best.json").write_text('{"epoch": 9}\n')  # edited by hand since: not the run's any more
+    for name in RUN_FILES:
+        write_run_file(store, name, 2)
+    assert len(said) == 5 and said[-1].startswith(f"{tmp_path / 'best.json'}: not a file clipflow wrote")
+    assert json.loads((tmp_path / "best.json").read_text()) == {"epoch": 2}
+    assert torch.load(tmp_path / BEST, weights_only=True)["epoch"] == 2
+
+
+def test_the_runs_other_files_from_before_the_record_are_adopted_when_their_sha256_proves_them(tmp_path):
+    store = CheckpointStore(tmp_path, log=lambda line: None)
+    store.save(state(1), 1)  # a record naming the run's checkpoints but none of its other files (before issue 30)
+    record = json.loads((tmp_path / RECORD).read_text())["files"]
+    for name in RUN_FILES:  # as an earlier clipflow wrote them, each with its .sha256
+        write_run_file(CheckpointStore(tmp_path / "earlier"), name, 1)
+        for file in (name, name + ".sha256"):
+            (tmp_path / "earlier" / file).replace(tmp_path / file)
+    (tmp_path / RECORD).write_text(json.dumps({"files": record}))
+    (tmp_path / "run.json").write_text('{"edited": true}\n')  # its .sha256 no longer proves it
+    assert [store.is_runs(name) for name in RUN_FILES] == [True, True, True, False]
+    for name in RUN_FILES:
+        write_run_file(store, name, 2)
+    assert sorted(moved_aside(tmp_path)) == ["run.json", "run.json.sha256"]
+
+
+def test_a_copy_brought_home_sets_aside_a_users_file_of_its_name(tmp_path):
+    # own disks: rank 0's newest checkpoint and the run's files come home into the run's checkpoint folder, where
+    # a user's epoch_0002.pt and best.pt are kept, not replaced
+    host = CheckpointStore(tmp_path / "host" / "ckpt", log=lambda line: None)
+    host.save(state(2), 2)
+    write_run_file(host, BEST, 2)
+    write_run_file(host, HISTORY, 2)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "epoch_0002.pt").write_bytes(b"the user's checkpoint")
+    (home / "best.pt").write_bytes(b"the user's best")
+    carry_run(LocalFiles("host", tmp_path / "host"), "ckpt", (2, 0), home)
+    aside = moved_aside(home)
+    assert {name: aside[name].read_bytes() for name in aside} == {
+        "epoch_0002.pt": b"the user's checkpoint",
+        "best.pt": b"the user's best",
+    }
+    store = CheckpointStore(home)
+    assert store.load_newest()[1] == home / "epoch_0002.pt"
+    assert store.is_runs(BEST) and store.is_runs(HISTORY)
+    assert (home / BEST).read_bytes() == (host.folder / BEST).read_bytes()

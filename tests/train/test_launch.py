@@ -9,11 +9,13 @@ import time
 
 import pytest
 import torch
+from disk_helpers import files_on, full_message
 from helpers import python_env
 from launch_helpers import TINY, launch, scanned, scanned_val, two_splits
 
 from clipflow.data.listfile import VideoEntry, read_list, write_list
 from clipflow.hosts.ports import free_port
+from clipflow.made import RECORD
 
 
 def status(results, run: str) -> dict:
@@ -40,6 +42,29 @@ def test_missing_video_in_one_workers_list_ends_the_run_naming_it(tmp_path, tiny
                                             "complete checkpoint, so a rerun starts afresh")  # fmt: skip
     assert time.monotonic() - began < 120
     assert not (tmp_path / "model.pt").exists()
+
+
+def test_a_worker_whose_checkpoint_finds_the_disk_full_ends_the_run_in_one_line_with_what_a_rerun_does(
+    tmp_path, tiny_videos, small_disk
+):
+    # issue 30: the checkpoint folder on a 64 KiB disk, which the launcher's job file and rank 0's run.json fit on
+    # and the first checkpoint (hundreds of KB) does not
+    ckpt = small_disk / "ckpt"
+    done = launch(tmp_path, tiny_videos, two_splits(tmp_path, tiny_videos), "--checkpoint-root", str(ckpt))
+    out = done.stdout + done.stderr
+    assert done.returncode == 2 and "worker 0 on localhost failed (exit code 2)" in out, out
+    worker = (tmp_path / "logs" / "worker-0.log").read_text()
+    (line,) = [x for x in worker.splitlines() if "no space left" in x]
+    free = int(line.split(" bytes are free there")[0].rsplit(" ", 1)[1])
+    assert line.endswith(f"{full_message(ckpt / 'epoch_0001.pt', f'more than {free}', free)}; {ckpt} holds no "
+                         "complete checkpoint, so a rerun starts afresh")  # fmt: skip
+    assert "Traceback" not in worker, worker
+    assert done.stderr.splitlines()[-1] == (f"clipflow: error: training failed (exit 2); {ckpt} holds no "
+                                            "complete checkpoint, so a rerun starts afresh")  # fmt: skip
+    # no checkpoint, no temporary file: the epoch's history line (a rerun drops it) and the launcher's records
+    assert files_on(small_disk) == [f"ckpt/{RECORD}", "ckpt/job.json",
+                                    *(f"ckpt/{name}{end}" for name in ("metrics.jsonl", "restarts.jsonl", "run.json")
+                                      for end in ("", ".sha256"))]  # fmt: skip
 
 
 def test_two_workers_train_one_epoch_and_write_the_model(tmp_path, tiny_videos):

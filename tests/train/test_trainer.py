@@ -10,14 +10,16 @@ from types import SimpleNamespace
 import pytest
 
 from clipflow.errors import ClipflowError
+from clipflow.train.checkpoint import HISTORY, CheckpointStore
 from clipflow.train.trainer import Trainer
 
 
 def history_of(folder, text: bytes) -> SimpleNamespace:
-    """A stand-in for rank 0's trainer: its history file holding ``text`` and its log."""
-    path = folder / "metrics.jsonl"
-    path.write_bytes(text)
-    return SimpleNamespace(history_path=path, said=[], log=None)
+    """Rank 0's trainer as far as its history goes: its store, its history file holding ``text`` (recorded as
+    the run's) and its log."""
+    store = CheckpointStore(folder)
+    store.put(HISTORY, lambda path: path.write_bytes(text))
+    return SimpleNamespace(store=store, history_path=folder / HISTORY, said=[], log=None)
 
 
 def test_an_epoch_goes_on_its_own_line_after_a_cut_one_set_aside_and_later_epochs_dropped(tmp_path):
@@ -42,3 +44,16 @@ def test_a_whole_line_without_an_epoch_is_named(tmp_path):
         f"training history {trainer.history_path} line 2 has no epoch number; expected one JSON object an epoch, "
         "as the trainer writes metrics.jsonl: move the file away to start the history afresh"
     )
+
+
+def test_a_history_that_is_not_the_runs_is_moved_aside_unread(tmp_path):
+    said: list[str] = []
+    (tmp_path / HISTORY).write_text("my own notes on this run\n")  # not recorded: someone else's file
+    trainer = SimpleNamespace(store=CheckpointStore(tmp_path, log=said.append), history_path=tmp_path / HISTORY,
+                              log=said.append)  # fmt: skip
+    Trainer._append_history(trainer, {"epoch": 1, "loss": 2.5}, 0)
+    assert trainer.history_path.read_text() == json.dumps({"epoch": 1, "loss": 2.5}) + "\n"
+    (aside,) = tmp_path.glob(f"{HISTORY}.not-clipflow-*")
+    assert aside.read_text() == "my own notes on this run\n"
+    assert said == [f"{trainer.history_path}: not a file clipflow wrote for this run, and the run writes one of that "
+                    f"name now: moved to {aside.name} beside it, not replaced"]  # fmt: skip

@@ -18,7 +18,10 @@ removes only recorded, unchanged ones (with their ``.sha256``). Any other file w
 place, never resumed from, and named once in the log. A folder whose record names no checkpoint holds a run from
 before the record: its checkpoint names are the run's to resume from (each checked against its ``.sha256`` when it
 has one), and the first save records those whose ``.sha256`` verifies as the run's; the rest are foreign from then
-on, so nothing not proven clipflow's is ever pruned. Every load is weights-only (:mod:`clipflow.safe_load`).
+on, so nothing not proven clipflow's is ever pruned. The run's other files there (:data:`RUN_FILES`: best.pt and
+best.json, the history, run.json) are recorded and replaced the same way (:meth:`CheckpointStore.put`; the history
+by its name, as a journal); one that is not the run's is moved aside and named, never replaced. Every load is
+weights-only (:mod:`clipflow.safe_load`).
 """
 
 from __future__ import annotations
@@ -27,14 +30,21 @@ import contextlib
 import os
 import re
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from clipflow.checksums import checksum_path, damage, put_with_checksum, recorded_beside, sha256_of
+from clipflow.checksums import (
+    checksum_path,
+    damage,
+    put_with_checksum,
+    recorded_beside,
+    sha256_of,
+    write_text_with_checksum,
+)
 from clipflow.errors import ClipflowError
 from clipflow.files import DiskFull, temp_beside
-from clipflow.made import RECORD, Made, record_files
+from clipflow.made import JOURNAL, RECORD, Made, record_files
 
 NAME = re.compile(r"^epoch_(\d{4,})(?:_iter_(\d{6,}))?\.pt$")
 Point = tuple[int, int]  # (epoch, iterations done in it; 0: the epoch is complete)
@@ -42,6 +52,10 @@ Point = tuple[int, int]  # (epoch, iterations done in it; 0: the epoch is comple
 FLAG = "--checkpoint-root"  # the run's checkpoint folder, as clipflow.made's messages name it
 PENDING = "being written"  # a record entry's mark from before a save until its sha256 is recorded (see save)
 RUN_FACTS = "run.json"  # beside the checkpoints: what `clipflow status` and collection need to know of the run
+HISTORY = "metrics.jsonl"  # beside the checkpoints: a line an epoch
+BEST, BEST_FACTS = "best.pt", "best.json"  # beside the checkpoints: the best validated model so far, and its scores
+RUN_FILES = (BEST, BEST_FACTS, HISTORY, RUN_FACTS)  # the run's other files there, recorded and carried like them
+JOURNALS = (HISTORY,)  # of those, recorded by name only (clipflow.made.JOURNAL): a cut last line is repaired on open
 
 
 def order_points(names: list[str]) -> list[Point]:
@@ -72,6 +86,11 @@ def points_there(where, folder: str) -> list[Point]:
         except (OSError, ValueError):
             files = {}
     return run_points(names, files)
+
+
+def entry_of(name: str, digest: str) -> list[str] | str:
+    """The record's entry for the run's file ``name`` whose bytes have the sha256 ``digest``."""
+    return JOURNAL if name in JOURNALS else [digest]
 
 
 def names_checkpoints(files: dict) -> bool:
@@ -181,31 +200,51 @@ class CheckpointStore:
         return [epoch for epoch, iteration in self.points() if not iteration]
 
     def save(self, state: dict, epoch: int, iteration: int = 0) -> Path:
-        """``state`` saved as the checkpoint of ``epoch`` (``iteration`` into it), recorded as the run's; then the
-        run's checkpoints beyond the newest ``keep`` are pruned. Before the file is written its name is recorded
-        as :data:`PENDING` (its ``.sha256``, written by :func:`atomic_save`, then decides), so a kill before its
-        sha256 is recorded still leaves it the run's."""
-        path = self.path(epoch, iteration)
+        """``state`` saved as the checkpoint of ``epoch`` (``iteration`` into it), recorded as the run's
+        (:meth:`put`); then the run's checkpoints beyond the newest ``keep`` are pruned."""
+        path = self.put(checkpoint_name(epoch, iteration), lambda to: atomic_save(state, to))
+        self._prune()
+        return path
+
+    def put(self, name: str, write: Callable[[Path], None]) -> Path:
+        """The run's file ``name`` here (a checkpoint or one of :data:`RUN_FILES`) written by ``write(path)``, which
+        puts it and its ``.sha256`` in place together, and recorded as the run's. A file of that name that is not
+        the run's (not recorded, or changed since) is moved aside first, never replaced. Before the write the name
+        is recorded as :data:`PENDING` (its ``.sha256`` then decides), so a kill before its sha256 is recorded
+        still leaves it the run's."""
+        path = self.folder / name
         files = self._files()
-        changes = {} if names_checkpoints(files) else self._adopted(files)
-        prior = changes.get(path.name) or files.get(path.name)
-        if path.is_symlink() or (path.exists() and not (
-            path.name in changes or (isinstance(prior, list) and not self._changed(path.name, files))
-        )):  # fmt: skip
+        changes = self._adopted(files)
+        prior = changes.get(name) or files.get(name)
+        if path.is_symlink() or (path.exists() and not self._is_runs(name, files, changes)):
             self._move_aside(path)  # someone else's file of this name (or one changed since): kept, never replaced
+        if name in JOURNALS:  # recorded by its name: its bytes are not compared
+            changes[name] = JOURNAL
+            self.made.update(changes)
+            write(path)
+            return path
         accepted = [d for d in prior if d != PENDING] if isinstance(prior, list) else []
-        changes[path.name] = [*accepted, PENDING]  # the old bytes stay accepted until the new ones are in place
+        changes[name] = [*accepted, PENDING]  # the old bytes stay accepted until the new ones are in place
         self.made.update(changes)
         try:
-            atomic_save(state, path)
+            write(path)
         except BaseException:  # a full disk, an interrupt: where the new bytes never reached the name, the record
             with contextlib.suppress(Exception):  # goes back as it was
                 if not path.exists() or sha256_of(path) in accepted:
-                    self.made.update({path.name: accepted or None})
+                    self.made.update({name: accepted or None})
             raise
-        self.made.update({path.name: [recorded_beside(path) or sha256_of(path)]})
-        self._prune()
+        self.made.update({name: [recorded_beside(path) or sha256_of(path)]})
         return path
+
+    def is_runs(self, name: str) -> bool:
+        """Whether the file ``name`` here is the run's as written (recorded and unchanged, or proven by its
+        ``.sha256`` in a folder from before the record): what a resume may read."""
+        files = self._files()
+        return (self.folder / name).is_file() and self._is_runs(name, files, self._adopted(files))
+
+    def put_text(self, name: str, text: str) -> Path:
+        """:meth:`put` of ``text`` with its checksum (one of :data:`RUN_FILES`)."""
+        return self.put(name, lambda to: write_text_with_checksum(to, text))
 
     def load_newest(self) -> tuple[dict, Path] | None:
         """The newest checkpoint of the run that loads; a damaged or changed one is reported and skipped, never
@@ -251,11 +290,17 @@ class CheckpointStore:
                 continue
         return None
 
+    def make_way(self, name: str) -> None:
+        """A file ``name`` here that is not the run's moved aside (named in the log), so that a copy of the run's
+        file of that name can come here (then :meth:`record_copy`)."""
+        path = self.folder / name
+        if (path.exists() or path.is_symlink()) and not self.is_runs(name):
+            self._move_aside(path)
+
     def record_copy(self, name: str, digest: str) -> None:
-        """The checkpoint ``name``, copied here with its sha256 ``digest`` checked, recorded as the run's."""
-        files = self._files()
-        changes = {} if names_checkpoints(files) else self._adopted(files)
-        changes[name] = [digest]
+        """The run's file ``name``, copied here with its sha256 ``digest`` checked, recorded as the run's."""
+        changes = self._adopted(self._files())
+        changes[name] = entry_of(name, digest)
         self.made.update(changes)
 
     # -- what is the run's ---------------------------------------------------------------------------
@@ -288,13 +333,29 @@ class CheckpointStore:
             f"changed since clipflow wrote it: its sha256 {found[:12]}... is not the one {RECORD} records"
         )
 
+    def _is_runs(self, name: str, files: dict, adopted: dict) -> bool:
+        """Whether the file ``name`` here is the run's, by the record ``files`` and what it would ``adopt``."""
+        entry = files.get(name)
+        if name in adopted or (name in JOURNALS and entry == JOURNAL):
+            return True
+        try:
+            return isinstance(entry, list) and not self._changed(name, files)
+        except OSError:
+            return False
+
     def _adopted(self, files: dict) -> dict[str, list[str] | None]:
-        """A folder from before the record: its checkpoints whose ``.sha256`` verifies, recorded as the run's."""
-        adopted: dict[str, list[str] | None] = {}
-        for name in (checkpoint_name(*point) for point in self._points(files)):
+        """What a folder from before the record holds that its ``.sha256`` proves the run's, to be recorded so: its
+        checkpoints when the record names none, its :data:`RUN_FILES` when the record names none of them."""
+        names = []
+        if not names_checkpoints(files):
+            names += [checkpoint_name(*point) for point in self._points(files)]
+        if not any(name in files for name in RUN_FILES):
+            names += [name for name in RUN_FILES if (self.folder / name).is_file()]
+        adopted: dict = {}
+        for name in names:
             found = sha256_of(self.folder / name)
             if recorded_beside(self.folder / name) == found:
-                adopted[name] = [found]
+                adopted[name] = entry_of(name, found)
         return adopted
 
     def _say_foreign(self, files: dict) -> None:
@@ -314,13 +375,17 @@ class CheckpointStore:
             self.log(line)
 
     def _move_aside(self, path: Path) -> None:
+        """``path``, which is not the run's, moved to ``<name>.not-clipflow-<UTC>`` beside it, with the
+        ``.sha256`` beside it if any (the run's save replaces that name too)."""
         base = f"{path.name}.not-clipflow-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
         aside, n = path.with_name(base), 1
         while aside.exists() or aside.is_symlink():
             n += 1
             aside = path.with_name(f"{base}-{n}")
         os.replace(path, aside)
-        self.log(f"{path}: not a checkpoint clipflow wrote for this run, and the run saves one of that name now: "
+        if checksum_path(path).exists() or checksum_path(path).is_symlink():
+            os.replace(checksum_path(path), checksum_path(aside))
+        self.log(f"{path}: not a file clipflow wrote for this run, and the run writes one of that name now: "
                  f"moved to {aside.name} beside it, not replaced")  # fmt: skip
 
     def _prune(self) -> None:

@@ -22,10 +22,16 @@ from clipflow.hosts.files import LocalFiles, SftpFiles
 from clipflow.hosts.transfer import fetch_checked, push_checked
 from clipflow.launch.push import open_remote
 from clipflow.made import RECORD, record_files, record_text
-from clipflow.train.checkpoint import FLAG, RUN_FACTS, CheckpointStore, checkpoint_name, point_order, points_there
+from clipflow.train.checkpoint import (
+    FLAG,
+    RUN_FILES,
+    CheckpointStore,
+    checkpoint_name,
+    entry_of,
+    point_order,
+    points_there,
+)
 from clipflow.train.job import TrainJob
-
-RUN_FILES = ("metrics.jsonl", RUN_FACTS, "best.pt", "best.json")  # beside the checkpoints, carried with them
 
 
 def newest_point(where: SftpFiles | LocalFiles, folder: str) -> tuple[int, int] | None:
@@ -33,9 +39,10 @@ def newest_point(where: SftpFiles | LocalFiles, folder: str) -> tuple[int, int] 
     return points[-1] if points else None
 
 
-def record_there(where: SftpFiles, folder: str, name: str, digest: str, scratch: Path) -> None:
-    """The checkpoint ``name`` put in ``folder`` on ``where``'s host recorded there as the run's (its record read,
-    the name added, written back whole): rank 0's store resumes from recorded checkpoints only."""
+def record_there(where: SftpFiles, folder: str, digests: dict[str, str], scratch: Path) -> None:
+    """The run's files put in ``folder`` on ``where``'s host (name -> sha256: the checkpoint and the files beside
+    it) recorded there as the run's (its record read, the names added, written back whole): rank 0's store
+    resumes from recorded checkpoints only, and moves aside a file of a name it writes that is not recorded."""
     try:
         files = record_files(where.read_text(f"{folder}/{RECORD}")) if where.exists(f"{folder}/{RECORD}") else {}
     except ValueError:
@@ -43,7 +50,7 @@ def record_there(where: SftpFiles, folder: str, name: str, digest: str, scratch:
             f"{FLAG} {where.shown(folder)} on {where.host}: {RECORD} is not a record clipflow wrote, so it cannot "
             "tell the run's checkpoints from others; move it away there"
         ) from None
-    files[name] = [digest]
+    files.update({name: entry_of(name, digest) for name, digest in digests.items()})
     text = scratch / RECORD
     text.write_text(record_text(files), encoding="utf-8")
     where.put(text, f"{folder}/{RECORD}")
@@ -51,13 +58,13 @@ def record_there(where: SftpFiles, folder: str, name: str, digest: str, scratch:
 
 def carry_run(source: SftpFiles | LocalFiles, folder: str, point: tuple[int, int], home: Path) -> None:
     """The checkpoint ``point`` and the run's files beside it, from ``source``'s ``folder`` into ``home``, each
-    checked against its sha256."""
-    name = checkpoint_name(*point)
-    CheckpointStore(home).record_copy(name, fetch_checked(source, f"{folder}/{name}", home / name))
+    checked against its sha256 and recorded as the run's; a file at home of one of those names that is not the
+    run's is moved aside first, never replaced."""
+    store = CheckpointStore(home)
     names = source.names(folder)
-    for name in RUN_FILES:
-        if name in names and name + SUFFIX in names:
-            fetch_checked(source, f"{folder}/{name}", home / name)
+    for name in [checkpoint_name(*point), *(n for n in RUN_FILES if n in names and n + SUFFIX in names)]:
+        store.make_way(name)
+        store.record_copy(name, fetch_checked(source, f"{folder}/{name}", home / name))
 
 
 def place_newest_checkpoint(home_job: TrainJob, host_job: TrainJob, log=print) -> None:
@@ -101,11 +108,12 @@ def place_newest_checkpoint(home_job: TrainJob, host_job: TrainJob, log=print) -
                     source.close()
             destination = open_remote(plan, target)
             try:
-                for local in [home / name, *(home / f for f in RUN_FILES if (home / f).exists())]:
+                carried = [home / name, *(home / f for f in RUN_FILES if CheckpointStore(home).is_runs(f))]
+                for local in carried:
                     push_checked(destination, local, f"{remote}/{local.name}")
-                with tempfile.TemporaryDirectory(prefix="clipflow-record-") as scratch:
-                    digest = recorded_beside(home / name) or sha256_of(home / name)  # pushed with it, checked
-                    record_there(destination, remote, name, digest, Path(scratch))
+                with tempfile.TemporaryDirectory(prefix="clipflow-record-") as scratch:  # pushed with them, checked
+                    digests = {p.name: recorded_beside(p) or sha256_of(p) for p in carried}
+                    record_there(destination, remote, digests, Path(scratch))
             finally:
                 destination.close()
         except ClipflowError as exc:

@@ -44,11 +44,10 @@ from typing import Any
 from clipflow.checksums import SUFFIX, sha256_of
 from clipflow.data.listfile import VideoEntry
 from clipflow.errors import ClipflowError
-from clipflow.train.checkpoint import NAME, RUN_FACTS, CheckpointStore, checkpoint_name
+from clipflow.train.checkpoint import NAME, RUN_FILES, CheckpointStore, checkpoint_name
 from clipflow.train.schedule import Schedule, scaled_lr
 
 SET_ASIDE = "set-aside-"
-RUN_FILES = ("best.pt", "best.json", "metrics.jsonl", RUN_FACTS)  # the earlier run's, set aside with its checkpoints
 
 RESIZES = ("cluster.num_workers", "train.batch_size", "train.accumulate", "global batch")
 REFUSED_EXACT = ("train.optimizer", "data.kind", "training list (sha256)")

@@ -37,7 +37,7 @@ from clipflow.jsonl import open_for_append, record_lines
 from clipflow.launch.notice import Notice, StoppedOnNotice
 from clipflow.models.builder import build_model
 from clipflow.models.cards import is_image_model
-from clipflow.train.checkpoint import RUN_FACTS, CheckpointStore, atomic_save
+from clipflow.train.checkpoint import BEST, BEST_FACTS, HISTORY, RUN_FACTS, CheckpointStore, atomic_save
 from clipflow.train.comm import DDPComm, PSComm
 from clipflow.train.faults import FaultInjector
 from clipflow.train.job import TrainJob
@@ -124,7 +124,7 @@ class Trainer:
         self.sync: Any = None  # PSSync or DDPSync, made once rank 0's state is known (_resume_state)
         self.forward: Any = None  # what a step calls: the model, maybe wrapped by the sync, maybe compiled
         self.store = CheckpointStore(paths.checkpoint_root, keep=t["keep_checkpoints"], log=log)  # the run's own
-        self.history_path = self.store.folder / "metrics.jsonl"
+        self.history_path = self.store.folder / HISTORY
         self.own_entries = read_list(shard)  # read once: the layout cuts it into slot parts (_use_layout)
         self.facts = job_facts(job, listed_iterations(self.own_entries, t))  # saved in every checkpoint
         # rank 0's checkpoint, checked against this job (or the earlier files set aside) before anything is read
@@ -138,9 +138,9 @@ class Trainer:
                      t["eval_batch_size"], self.device)
             if self.eval_every else None
         )  # fmt: skip
-        self.best_path = self.store.folder / "best.pt"
-        marker = self.best_path.with_suffix(".json")  # a resumed run goes on from the best saved so far
-        self.best_top1 = json.loads(marker.read_text())["val_top1"] if marker.exists() else -1.0
+        self.best_path = self.store.folder / BEST
+        marker = self.store.folder / BEST_FACTS  # a resumed run goes on from the best it saved so far
+        self.best_top1 = json.loads(marker.read_text())["val_top1"] if self.store.is_runs(BEST_FACTS) else -1.0
         self.carried = Totals()  # resumed inside an epoch: this worker's totals of it so far
 
     # -- the layout: slots, dataset, schedule ----------------------------------------------------
@@ -176,7 +176,7 @@ class Trainer:
             facts = {"recipe": self.recipe["name"], "epochs": self.epochs, "iters_per_epoch": self.iters_per_epoch,
                      "workers": self.num_workers, "global_batch": layout.global_batch, "accumulate": k,
                      "backend": self.comm.backend}  # fmt: skip
-            write_text_with_checksum(self.store.folder / RUN_FACTS, json.dumps(facts) + "\n")  # `clipflow status`
+            self.store.put_text(RUN_FACTS, json.dumps(facts) + "\n")  # `clipflow status` reads it
             shape = f"{layout.workers} workers x {b}" if k == 1 else layout.describe()
             self.log(
                 f"linear scaling rule: lr = base_lr {t['base_lr']} x global batch {layout.global_batch} "
@@ -407,9 +407,9 @@ class Trainer:
 
     def _save_best(self, epoch: int, val: dict) -> None:
         self.best_top1 = val["val_top1"]
-        atomic_save({"model": self.model.state_dict(), "recipe": self.recipe, "epoch": epoch, **val}, self.best_path)
-        # collected with best.pt, so its checksum is recorded too
-        write_text_with_checksum(self.best_path.with_suffix(".json"), json.dumps({"epoch": epoch, **val}) + "\n")
+        best = {"model": self.model.state_dict(), "recipe": self.recipe, "epoch": epoch, **val}
+        self.store.put(BEST, lambda to: atomic_save(best, to))
+        self.store.put_text(BEST_FACTS, json.dumps({"epoch": epoch, **val}) + "\n")  # collected with best.pt
         self.log(f"best val top-1 so far: {self.best_path} (epoch {epoch})")
 
     # -- the loop --------------------------------------------------------------------------------
@@ -471,7 +471,7 @@ class Trainer:
         """``record`` added to the run's metrics.jsonl, after the epochs up to ``resumed_epoch`` (an interrupted
         run's later lines dropped); a cut last line is set aside first (clipflow.jsonl)."""
         lines = []
-        if self.history_path.exists():
+        if self.store.is_runs(HISTORY):  # someone else's file of that name is moved aside by the write below
             open_for_append(self.history_path, self.log)
             for number, old in record_lines(self.history_path, "training history", HISTORY_EXPECTED):
                 if not is_int(old.get("epoch")):
@@ -481,7 +481,7 @@ class Trainer:
                 if old["epoch"] <= resumed_epoch:
                     lines.append(json.dumps(old))
         lines.append(json.dumps(record))
-        write_text_with_checksum(self.history_path, "\n".join(lines) + "\n")
+        self.store.put_text(HISTORY, "\n".join(lines) + "\n")
 
     def run(self) -> None:
         start_epoch, step, resume_iteration = self._resume_state()
