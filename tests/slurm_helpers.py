@@ -65,8 +65,9 @@ def sbatch(slurm, script: Path, *options: str) -> str:
     return slurm.run(argv, env=env).stdout.strip().split(";")[0]
 
 
-def role_pid(slurm, node_index: int, role: str, rank: int) -> int | None:
-    """The pid of a role's own process on a node (found by its environment, as srun's task), or None."""
+def role_pid(slurm, node_index: int, role: str, rank: int, job: str | None = None) -> int | None:
+    """The pid of a role's own process on a node (found by its environment, as srun's task; of Slurm job ``job``
+    when given), or None."""
     for pid in slurm.hosts.pids(node_index):
         try:
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
@@ -75,6 +76,8 @@ def role_pid(slurm, node_index: int, role: str, rank: int) -> int | None:
             continue
         tether = b"prctl" in cmdline  # the launcher's wrapper (clipflow.launch.tether) before it execs srun
         if b"clipflow" not in cmdline or cmdline.startswith(b"srun") or b"slurmstepd" in cmdline or tether:
+            continue
+        if job is not None and f"SLURM_JOB_ID={job}".encode() not in environ:
             continue
         if f"DMLC_ROLE={role}".encode() in environ and f"DMLC_RANK={rank}".encode() in environ:
             return pid
