@@ -4,7 +4,8 @@ Every host runs the probe's server (:mod:`clipflow.cluster.link_probe`, ZeroMQ T
 ROUTER as the parameter server talks), started through the ssh session the host checks use and stopped when that
 session ends. Then, one pair at a time (so that no two measurements share a link), the first host of the pair
 runs the probe's client against the second: a few pings, then ``seconds`` of chunks each way. A pair's bandwidth
-is the slower of its two directions; its latency half the median round trip. The whole check takes about
+is the slower of its two directions; its latency half the least round trip (the link's own delay: a host busy
+with other work only ever adds to some round trips, and such a host is not a slow link). The whole check takes about
 ``2 x seconds`` plus a Python start per pair: a few seconds for a handful of hosts.
 
 The likely straggler: a pair whose bandwidth is under half the median of all pairs' bandwidths, or whose latency
@@ -48,7 +49,7 @@ class LinkFigures:
     gbit_s: float  # the slower direction
     up_gbit_s: float  # a to b
     down_gbit_s: float  # b to a
-    latency_ms: float  # one way: half the median round trip
+    latency_ms: float  # one way: half the least round trip
 
 
 @dataclass
