@@ -216,11 +216,12 @@ class CheckpointStore:
         files = self._files()
         changes = self._adopted(files)
         prior = changes.get(name) or files.get(name)
-        if path.is_symlink() or (path.exists() and not self._is_runs(name, files, changes)):
+        if path.is_symlink() or (path.exists() and not (name in changes or self._recorded_as_runs(name, files))):
             self._move_aside(path)  # someone else's file of this name (or one changed since): kept, never replaced
         if name in JOURNALS:  # recorded by its name: its bytes are not compared
-            changes[name] = JOURNAL
-            self.made.update(changes)
+            if changes:
+                self.made.update(changes)
+            self.made.journal(name)  # writes the record only when it does not name the journal yet
             write(path)
             return path
         accepted = [d for d in prior if d != PENDING] if isinstance(prior, list) else []
@@ -240,7 +241,9 @@ class CheckpointStore:
         """Whether the file ``name`` here is the run's as written (recorded and unchanged, or proven by its
         ``.sha256`` in a folder from before the record): what a resume may read."""
         files = self._files()
-        return (self.folder / name).is_file() and self._is_runs(name, files, self._adopted(files))
+        if not (self.folder / name).is_file():
+            return False
+        return self._recorded_as_runs(name, files) or self._proven(name, files) is not None
 
     def put_text(self, name: str, text: str) -> Path:
         """:meth:`put` of ``text`` with its checksum (one of :data:`RUN_FILES`)."""
@@ -292,15 +295,16 @@ class CheckpointStore:
 
     def make_way(self, name: str) -> None:
         """A file ``name`` here that is not the run's moved aside (named in the log), so that a copy of the run's
-        file of that name can come here (then :meth:`record_copy`)."""
+        file of that name can come here (then :meth:`record_copies`)."""
         path = self.folder / name
         if (path.exists() or path.is_symlink()) and not self.is_runs(name):
             self._move_aside(path)
 
-    def record_copy(self, name: str, digest: str) -> None:
-        """The run's file ``name``, copied here with its sha256 ``digest`` checked, recorded as the run's."""
+    def record_copies(self, digests: dict[str, str]) -> None:
+        """The run's files copied here (name -> the sha256 each copy was checked against), recorded as the run's
+        in one record write."""
         changes = self._adopted(self._files())
-        changes[name] = entry_of(name, digest)
+        changes.update({name: entry_of(name, digest) for name, digest in digests.items()})
         self.made.update(changes)
 
     # -- what is the run's ---------------------------------------------------------------------------
@@ -333,30 +337,37 @@ class CheckpointStore:
             f"changed since clipflow wrote it: its sha256 {found[:12]}... is not the one {RECORD} records"
         )
 
-    def _is_runs(self, name: str, files: dict, adopted: dict) -> bool:
-        """Whether the file ``name`` here is the run's, by the record ``files`` and what it would ``adopt``."""
+    def _recorded_as_runs(self, name: str, files: dict) -> bool:
+        """Whether the record ``files`` names the file ``name`` here as the run's: a journal by its name, any other
+        file with the bytes it has now."""
         entry = files.get(name)
-        if name in adopted or (name in JOURNALS and entry == JOURNAL):
+        if name in JOURNALS and entry == JOURNAL:
             return True
         try:
             return isinstance(entry, list) and not self._changed(name, files)
         except OSError:
             return False
 
-    def _adopted(self, files: dict) -> dict[str, list[str] | None]:
-        """What a folder from before the record holds that its ``.sha256`` proves the run's, to be recorded so: its
-        checkpoints when the record names none, its :data:`RUN_FILES` when the record names none of them."""
-        names = []
-        if not names_checkpoints(files):
-            names += [checkpoint_name(*point) for point in self._points(files)]
-        if not any(name in files for name in RUN_FILES):
-            names += [name for name in RUN_FILES if (self.folder / name).is_file()]
-        adopted: dict = {}
-        for name in names:
-            found = sha256_of(self.folder / name)
-            if recorded_beside(self.folder / name) == found:
-                adopted[name] = entry_of(name, found)
-        return adopted
+    def _proven(self, name: str, files: dict) -> str | None:
+        """The sha256 of the file ``name`` of a folder from before the record when its ``.sha256`` proves it the
+        run's (a checkpoint while the record names none, one of :data:`RUN_FILES` while it names none of them);
+        else None."""
+        if NAME.match(name):
+            before = not names_checkpoints(files)
+        else:
+            before = name in RUN_FILES and not any(other in files for other in RUN_FILES)
+        path = self.folder / name
+        if not (before and path.is_file()):
+            return None
+        found = sha256_of(path)
+        return found if recorded_beside(path) == found else None
+
+    def _adopted(self, files: dict) -> dict[str, list[str] | str]:
+        """What a folder from before the record holds that its ``.sha256`` proves the run's (:meth:`_proven`), as
+        the record's entries that adopt it."""
+        names = [*(checkpoint_name(*point) for point in self._points(files)), *RUN_FILES]
+        proven = {name: self._proven(name, files) for name in names}
+        return {name: entry_of(name, digest) for name, digest in proven.items() if digest is not None}
 
     def _say_foreign(self, files: dict) -> None:
         """Each file with a checkpoint's name that the record does not name as the run's, said once."""

@@ -62,9 +62,14 @@ def carry_run(source: SftpFiles | LocalFiles, folder: str, point: tuple[int, int
     run's is moved aside first, never replaced."""
     store = CheckpointStore(home)
     names = source.names(folder)
-    for name in [checkpoint_name(*point), *(n for n in RUN_FILES if n in names and n + SUFFIX in names)]:
-        store.make_way(name)
-        store.record_copy(name, fetch_checked(source, f"{folder}/{name}", home / name))
+    copied: dict[str, str] = {}
+    try:
+        for name in [checkpoint_name(*point), *(n for n in RUN_FILES if n in names and n + SUFFIX in names)]:
+            store.make_way(name)
+            copied[name] = fetch_checked(source, f"{folder}/{name}", home / name)
+    finally:  # what did come is the run's, even when a later copy fails
+        if copied:
+            store.record_copies(copied)
 
 
 def place_newest_checkpoint(home_job: TrainJob, host_job: TrainJob, log=print) -> None:
@@ -108,7 +113,8 @@ def place_newest_checkpoint(home_job: TrainJob, host_job: TrainJob, log=print) -
                     source.close()
             destination = open_remote(plan, target)
             try:
-                carried = [home / name, *(home / f for f in RUN_FILES if CheckpointStore(home).is_runs(f))]
+                at_home = CheckpointStore(home)
+                carried = [home / name, *(home / f for f in RUN_FILES if at_home.is_runs(f))]
                 for local in carried:
                     push_checked(destination, local, f"{remote}/{local.name}")
                 with tempfile.TemporaryDirectory(prefix="clipflow-record-") as scratch:  # pushed with them, checked
