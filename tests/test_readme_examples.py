@@ -7,11 +7,14 @@ will be able to do, and every relative link of the README and the pages leads to
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
+from folder_helpers import make_class_folders, write_motion_video
 from helpers import REPO, copy_workflow, python_env
 
 from clipflow.cli import build_parser
@@ -47,12 +50,25 @@ def command_names(text: str = README) -> list[str]:
     return sorted({span for span in re.findall(r"`(clipflow [^`\n]+)`", text)})
 
 
+def section(text: str, heading: str) -> str:
+    """The part of a page under ``heading`` (a line of its own), up to the next heading of that level."""
+    level = heading.split(" ")[0]
+    start = text.index(f"\n{heading}\n")
+    end = text.find(f"\n{level} ", start + len(heading) + 2)
+    return text[start : end if end >= 0 else len(text)]
+
+
+OWN_VIDEOS = section(README, "## Your own videos")  # run for real below, from videos made here
+
+
 def on_pages(examples) -> list:
-    """``examples`` (one of the three above) of every page, as pytest params named by page."""
+    """``examples`` (one of the three above) of every page, as pytest params named by page; the README's own-videos
+    blocks are :func:`test_your_own_videos_as_the_readme_says`'s."""
     return [
         pytest.param(page, example, id=f"{page}: {next(filter(COMMAND.match, example.splitlines()), example)}")
         for page, text in PAGES.items()
         for example in examples(text)
+        if not (page == "README.md" and example in OWN_VIDEOS)
     ]
 
 
@@ -103,7 +119,8 @@ def test_the_readme_has_the_examples_this_test_runs():
     assert any(
         "--config 'cluster={hosts_file: hosts}'" in block for block in bash_blocks(PAGES["docs/ssh-clusters.md"])
     )
-    assert any("source: list" in block for block in bash_blocks())  # your own data, in the README itself
+    assert any("source: folder" in block for block in bash_blocks(OWN_VIDEOS))  # your own videos, in the README
+    assert any(block.startswith("clipflow predict") for block in bash_blocks(OWN_VIDEOS))
     runnable = [c for c in inline_commands() if not has_placeholder(c) and c not in AFTER_A_RUN]
     assert "snakemake --cores 1 train_slowfast" in runnable
     in_data = [c for c in inline_commands(PAGES["docs/data.md"]) if not has_placeholder(c)]
@@ -200,3 +217,60 @@ def test_every_relative_link_leads_to_a_file_and_a_heading_there(page):
         elif anchor and anchor not in set(anchors(target.read_text(encoding="utf-8"))):
             broken.append(f"{link}: no heading #{anchor} in {target.relative_to(REPO)}")
     assert broken == [], page
+
+
+def test_your_own_videos_as_the_readme_says(tmp_path_factory):
+    """The README's path for a folder of one's own videos, run as written on class folders made here: at most 3
+    steps, no file written by hand but the config; it ends in a report naming the classes, and `clipflow predict`
+    answers for a video."""
+    steps = re.findall(r"^\d+\. \*\*", OWN_VIDEOS, flags=re.M)
+    assert 1 <= len(steps) <= 3
+    run_block, predict_block = bash_blocks(OWN_VIDEOS)
+    asked = re.search(r"(videos/(\w+)/\S+)", predict_block)
+    assert asked, predict_block
+    work = copy_workflow(tmp_path_factory.mktemp("own_videos"))
+    folders = [asked.group(2), "clapping", "jumping", "running"]
+    made = make_class_folders(work / "videos", folders)
+    write_motion_video(work / asked.group(1), "right_slow", seed=99)  # the one the README asks about, of folders[0]
+    done = run(run_block, work, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    asked_done = run(predict_block, work)
+    assert asked_done.returncode == 0, asked_done.stderr
+    assert asked.group(1) in asked_done.stdout and any(name in asked_done.stdout for name in folders)
+
+    # the classes are the folder names, sorted; the report names them and the chance of a guess
+    index = next((work / "results/data").glob("folder-videos-*/index"))
+    classes = sorted(folders)
+    assert (index.parent / "classes.txt").read_text().splitlines() == classes
+    manifest = json.loads((index / "manifest.json").read_text())
+    assert (manifest["num_classes"], manifest["classes"]) == (4, classes)
+    report = (work / "results/mine/report/report.html").read_text(encoding="utf-8")
+    assert all(name in report for name in classes) and "4 classes, chance (a guess) is 25.0% top-1" in report
+    # stratified: a fifth of each class validates (round(6 / 5) = 1 of the README's folder's 6, 1 of 5 elsewhere)
+    counts = {s: manifest["splits"][s]["per_class"] for s in ("train", "val")}
+    assert counts["val"] == {str(i): 1 for i in range(4)}
+    assert counts["train"] == {str(i): 5 if classes[i] == folders[0] else 4 for i in range(4)}
+    # the same seed the same split; another seed another one
+    for seed, same in ((0, True), (1, False)):
+        again = clipflow_run(["data", "lists", "--source", "folder", "--root", "videos", "--seed", str(seed),
+                              "--out-dir", f"split{seed}"], work)  # fmt: skip
+        assert again.returncode == 0, again.stderr
+        val = (work / f"split{seed}/val_labels.txt").read_text()
+        assert (val == (index.parent / "val_labels.txt").read_text()) is same
+    assert sum(len(v) for v in made.values()) + 1 == 21  # every video is in a list: none was written by hand
+
+    # clipflow predict gives every val video the class the evaluation scored for it
+    metrics = json.loads((work / "results/mine/metrics.json").read_text())
+    val_videos = [line.rsplit(" ", 2)[0] for line in (index / "val.lst").read_text().splitlines()]
+    answered = clipflow_run(["predict", "--run", "mine", "--json", *(f"videos/{v}" for v in val_videos)], work)
+    assert answered.returncode == 0, answered.stderr
+    predicted = [json.loads(line)["top"][0] for line in answered.stdout.splitlines()]
+    scored = {v["path"]: v for v in metrics["videos"]}
+    for path, top in zip(val_videos, predicted, strict=True):
+        assert top["label"] == scored[path]["predicted"] and top["name"] == classes[top["label"]]
+        assert abs(top["probability"] - scored[path]["probability"]) < 1e-6
+
+
+def clipflow_run(args: list[str], cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "clipflow", *args], cwd=cwd, env=python_env(), capture_output=True,
+                          text=True, timeout=300)  # fmt: skip

@@ -145,6 +145,76 @@ def check_crop(recipe: dict, what: str) -> None:
         raise ClipflowError(f"{what}: {exc}") from None
 
 
+def fit_to_data(recipe: dict, count: int | None, names: list[str] | None, where: str, what: str) -> dict:
+    """The recipe with the data's classes (``count`` of them, named by ``names`` when the data has a class index;
+    ``where`` says where they were found): ``model.num_classes`` and ``model.classes`` filled in where the recipe
+    leaves them out. A recipe that fixes another number or other names is refused, naming both and the way out."""
+    model = dict(recipe["model"])
+    fixed = model.get("num_classes")
+    if count is None:
+        if fixed is None:
+            raise ClipflowError(
+                f"{what} leaves model.num_classes to the data, but {where} does not say how many classes the data has; "
+                "scan the data again with this clipflow (snakemake --forcerun data_scan), or set model.num_classes"
+            )
+        count = fixed
+    if fixed is not None and fixed != count:
+        raise ClipflowError(
+            f"{what} has model.num_classes {fixed} but the data has {count} classes ({where}): leave num_classes out "
+            f"of the recipe to take the data's, or set it to {count} (overrides: {{model: {{num_classes: {count}}}}})"
+        )
+    given = model.get("classes")
+    if given is not None and names is not None and list(given) != list(names):
+        differ = next(i for i, (a, b) in enumerate(zip(given, names, strict=False)) if a != b) if len(given) == len(
+            names) else min(len(given), len(names))  # fmt: skip
+        raise ClipflowError(
+            f"{what} names its classes (model.classes) otherwise than the data ({where}): label {differ} is "
+            f"{given[differ] if differ < len(given) else 'absent'!r} in the recipe but "
+            f"{names[differ] if differ < len(names) else 'absent'!r} in the data; leave model.classes out to take the "
+            "data's"
+        )
+    model["num_classes"] = count
+    if given is None and names is not None:
+        model["classes"] = list(names)
+    if model.get("classes") is not None and len(model["classes"]) != count:
+        raise ClipflowError(f"{what}: model.classes names {len(model['classes'])} classes but num_classes is {count}")
+    return {**recipe, "model": model}
+
+
+def fit_to_index(recipe: dict, train_list: str | Path | None, what: str) -> dict:
+    """The recipe with the classes of the data whose index holds ``train_list`` (its manifest.json:
+    :func:`fit_to_data`); without an index, a recipe that fixes num_classes as it is, one that does not refused."""
+    from clipflow.data.classes import index_classes
+
+    found = index_classes(train_list) if train_list else None
+    if found is None:
+        if "num_classes" not in recipe["model"]:
+            raise ClipflowError(
+                f"{what} leaves model.num_classes to the data, but no scanned index gives it: give the training list "
+                "of a scanned index (manifest.json beside it: train launch's --train-list), or set model.num_classes"
+            )
+    else:
+        recipe = fit_to_data(recipe, found.count, found.names, found.source, what)
+    if recipe["data"].get("fit_step") and train_list:
+        recipe = fit_step(recipe, train_list)
+    return recipe
+
+
+def fit_step(recipe: dict, train_list: str | Path) -> dict:
+    """The recipe with data.new_step the largest step, up to its own, whose span fits in the median video of the
+    scanned ``train_list`` (data.fit_step), at least 1."""
+    import statistics
+
+    from clipflow.data.listfile import read_list
+
+    frames = [entry.num_frames for entry in read_list(train_list) if entry.num_frames is not None]
+    if not frames:
+        return recipe
+    data = recipe["data"]
+    step = max(1, min(data["new_step"], int(statistics.median(frames)) // data["new_length"]))
+    return {**recipe, "data": {**data, "new_step": step}}
+
+
 def span_frames(recipe: dict) -> int:
     """The frames a video needs for a clip that repeats no frame: each of num_segments chunks holds a span of
     new_length x new_step frames, the chunks' starts at least a frame apart (GluonCV's sampling)."""

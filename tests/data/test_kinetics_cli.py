@@ -68,7 +68,8 @@ def test_lists_classes_and_counts_then_the_scan(tree, tmp_path):
         "--out-dir", str(out / "index2"),
     )  # fmt: skip
     assert too_few.returncode == 2
-    assert f"{out / 'classes.txt'} lists 3 classes but the model has num_classes 2" in too_few.stderr
+    assert (f"the data has 3 classes (the class index {out / 'classes.txt'}) but the recipe's model has num_classes 2"
+            in too_few.stderr)  # fmt: skip
 
     # a rerun gives the same files, byte for byte
     before = {name: (out / name).read_bytes() for name in ("classes.txt", "train_labels.txt", "val_labels.txt")}

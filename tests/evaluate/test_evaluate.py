@@ -119,7 +119,7 @@ def test_one_and_two_workers_give_the_same_test_protocol_numbers(tmp_path, video
     assert sum(1 for column in zip(*one["confusion"], strict=True) if any(column)) >= 2
     assert one["classes"] == (work / "index/classes.txt").read_text().split()
     assert set(one) == {"recipe", "split", "num_videos", "num_views", "workers", "protocol", "top1", "top5", "loss",
-                        "clip", "video", "classes", "per_class", "confusion", "reference"}  # fmt: skip
+                        "clip", "video", "classes", "per_class", "confusion", "videos", "reference"}  # fmt: skip
     assert (tmp_path / "logs_m2.json/worker-1.log").exists()
     print(f"evaluate launch: 1 worker {timings[1]:.1f} s, 2 workers {timings[2]:.1f} s")
 
@@ -254,7 +254,7 @@ def test_an_out_or_log_dir_that_cannot_be_written_is_refused_before_any_scoring(
 def test_metrics_on_a_full_disk_are_one_line_and_never_left_without_their_checksum(tmp_path, cifar, small_disk):
     """Issue 30: a full disk ended evaluate in a traceback, metrics.json left without its .sha256."""
     model = save_untrained(tmp_path / "model.pt", "resnet18_cifar10", {})
-    free = fill(small_disk, PAGE)  # room for metrics.json (10 classes: about 2.8 KB), none for its checksum
+    free = fill(small_disk, 3 * PAGE)  # room for metrics.json (50 images: about 9 KB), none for its checksum
     out = small_disk / "metrics.json"
     line = assert_refused(clipflow_evaluate("--model", str(model), "--list", str(cifar / "index/val.lst"), "--root",
                                             str(cifar / "batches"), "--out", str(out)))  # fmt: skip

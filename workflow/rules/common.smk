@@ -9,6 +9,14 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 
 from clipflow.cluster.prediction import shape_overrides
+from clipflow.data.datasets.source import (
+    LIST_SOURCES,
+    annotations_of,
+    check_source,
+    dataset_dir,
+    dataset_name,
+    lists_flags,
+)
 from clipflow.hosts.slurm_partitions import check_partition
 from clipflow.hosts.slurm_resources import job_resources
 from clipflow.hosts.staged import staging_name
@@ -33,33 +41,27 @@ RESULTS = f"results/{RUN}"
 LOGS = f"logs/{RUN}"
 BENCH = f"benchmarks/{RUN}"
 DATA = config["data"]
-DATA_DIR = DATA["dir"]
-INDEX = f"{DATA_DIR}/index"
 SOURCE = DATA["source"]
+try:
+    check_source(DATA)  # what the source needs is set, before any rule
+except ClipflowError as exc:
+    raise WorkflowError(f"clipflow: {exc}")
+DATA_DIR = dataset_dir(DATA)  # data.dir, else the data set's own folder under results/data/
+DATASET_NAME = dataset_name(DATA)
+INDEX = f"{DATA_DIR}/index"
 KINETICS = DATA["kinetics"]
-if SOURCE == "kinetics":
-    _unset = [f"data.kinetics.{key}" for key in ("train_csv", "val_csv", "root") if not KINETICS[key]]
-    if _unset:
-        raise WorkflowError(
-            f"clipflow: data.source is 'kinetics' but {', '.join(_unset)} {'is' if len(_unset) == 1 else 'are'}"
-            " not set; give the annotation CSVs "
-            "(label,youtube_id,time_start,time_end,split) and the folder holding the videos"
-        )
 IMAGE_SOURCES = ("cifar10", "synthetic_cifar10")
 if (SOURCE in IMAGE_SOURCES) != (RECIPE["data"]["kind"] == "image"):
     raise WorkflowError(
         f"clipflow: recipe {RECIPE['name']} trains on {RECIPE['data']['kind']}s but data.source is {SOURCE!r}; "
         + ("use data.source cifar10 or synthetic_cifar10" if SOURCE not in IMAGE_SOURCES else "use a video source")
     )
-if SOURCE == "cifar10" and not DATA["cifar10_dir"]:
-    raise WorkflowError("clipflow: data.source is 'cifar10' but data.cifar10_dir is not set; give the extracted "
-                        "cifar-10-batches-py folder")
-# the folder the source's list paths are relative to: the synthetic set's, the user's, the Kinetics videos,
-# or the CIFAR-10 batches
+# the folder the source's list paths are relative to: the synthetic set's, the user's videos (data.root), the Kinetics
+# videos, or the CIFAR-10 batches
 SOURCE_ROOT = {
     "synthetic": DATA_DIR,
-    "list": DATA["root"],
     "kinetics": KINETICS["root"],
+    **{source: DATA["root"] for source in ("list", *LIST_SOURCES)},
     "cifar10": DATA["cifar10_dir"],
     "synthetic_cifar10": f"{DATA_DIR}/cifar-10-batches-py",
 }[SOURCE]
@@ -80,7 +82,8 @@ if REENCODE["enabled"]:
         raise WorkflowError(f"clipflow: data.reencode: {exc}")
 # the folder the scanned lists' paths are relative to, which train and evaluate read the videos from
 DATA_ROOT = REENCODED if REENCODE["enabled"] else SOURCE_ROOT
-CLIP_SPAN = RECIPE["data"].get("new_length", 0) * RECIPE["data"].get("new_step", 1)  # a clip's window; 0: images
+# a clip's window, 0 for images; with data.fit_step the shortest the fit may choose (step 1)
+CLIP_SPAN = RECIPE["data"].get("new_length", 0) * (1 if RECIPE["data"].get("fit_step") else RECIPE["data"].get("new_step", 1))
 TRAIN = config["train"]
 if TRAIN["backend"] == "ddp":
     _ps_only = [
@@ -181,17 +184,15 @@ def final_outputs():
 
 
 def source_lists(wildcards):
-    """The source's lists, paths relative to SOURCE_ROOT: the synthetic or Kinetics labels
-    (with their class index), or the user's lists."""
-    if SOURCE in ("synthetic", "kinetics"):
+    """The source's lists, paths relative to SOURCE_ROOT, with their class index: the ones a rule makes in DATA_DIR
+    (synthetic, kinetics, folder and the published data sets), or the user's (list), with data.classes when given."""
+    if SOURCE != "list":
         return {
             "train": f"{DATA_DIR}/train_labels.txt",
             "val": f"{DATA_DIR}/val_labels.txt",
             "classes": f"{DATA_DIR}/classes.txt",
         }
-    if not DATA["train_list"] or not DATA["val_list"]:
-        raise WorkflowError("clipflow: data.source is 'list' but data.train_list or data.val_list is empty")
-    return {"train": DATA["train_list"], "val": DATA["val_list"]}
+    return {"train": DATA["train_list"], "val": DATA["val_list"], **({"classes": DATA["classes"]} if DATA["classes"] else {})}
 
 
 def raw_lists(wildcards):
@@ -237,11 +238,20 @@ def source_root(wildcards):
 
 def user_videos_stamp(wildcards):
     """A param function: the digest of the user's video folder (clipflow.data.stamps), so that a video replaced,
-    added or removed reruns the first rule that reads the videos, and what follows; "" for the videos the
+    added or removed reruns the first rules that read the videos, and what follows; "" for the videos the
     workflow makes itself (data.source: synthetic), which are a rule's output."""
     from clipflow.data.stamps import folder_stamp
 
-    return folder_stamp(SOURCE_ROOT, leave_out=DATA_DIR) if SOURCE in ("list", "kinetics") else ""
+    return folder_stamp(SOURCE_ROOT, leave_out=DATA_DIR) if SOURCE in ("list", "kinetics", *LIST_SOURCES) else ""
+
+
+def annotations_stamp(wildcards):
+    """A param function: the digest of a published data set's split files (clipflow.data.stamps), so that a changed
+    split file remakes the lists; "" for the other sources."""
+    from clipflow.data.stamps import folder_stamp
+
+    folder = annotations_of(DATA)
+    return folder_stamp(folder) if folder else ""
 
 
 def folder_of(name):

@@ -1,5 +1,6 @@
-# Stage 2, data: generate the synthetic set (embedded default), take the user's lists, or make
-# lists from Kinetics annotation CSVs; optionally re-encode every video (data.reencode); then
+# Stage 2, data: generate the synthetic set (embedded default), take the user's lists, or make lists of a
+# class-per-folder tree, of UCF101's, HMDB51's or Something-Something v2's split files, or of Kinetics annotation CSVs
+# (all with their class index, classes.txt, in the data set's folder); optionally re-encode every video (data.reencode); then
 # decode every video once with the recipe's decoder: list files with frame counts, a manifest,
 # and each kept video's size, mtime and sha256 (videos.json). The first rule that reads the
 # user's videos (the re-encode, else the scan) takes their folder's digest as a parameter: a
@@ -51,6 +52,28 @@ if SOURCE == "kinetics":
         shell:
             "python -m clipflow data kinetics --train-csv {input.train_csv:q} --val-csv {input.val_csv:q}"
             " --root {params.root:q} --classes={params.classes:q} --out-dir {params.out:q} > {log:q} 2>&1"
+
+
+if SOURCE in LIST_SOURCES:
+
+    # `path label` lists relative to data.root and their class index; the folder's listing or the published split
+    # files are read again when a video or a split file changes (their folders' digests)
+    rule data_lists:
+        output:
+            train=f"{DATA_DIR}/train_labels.txt",
+            val=f"{DATA_DIR}/val_labels.txt",
+            classes=f"{DATA_DIR}/classes.txt",
+        params:
+            flags=lists_flags(DATA),
+            out=folder_of("train"),
+            videos=user_videos_stamp,
+            annotations=annotations_stamp,
+        log:
+            f"logs/data/lists_{DATA_LOG_TAG}.log",
+        conda:
+            "../../environment.yml"
+        shell:
+            "python -m clipflow data lists {params.flags} --out-dir {params.out:q} > {log:q} 2>&1"
 
 
 if REENCODE["enabled"]:
@@ -128,7 +151,8 @@ else:
         params:
             root=data_root,
             out=folder_of("train"),
-            num_classes=RECIPE["model"]["num_classes"],
+            num_classes=f"--num-classes {RECIPE['model']['num_classes']}" if "num_classes" in RECIPE["model"] else "",
+            dataset=DATASET_NAME,
             classes=lambda wc, input: input.get("classes", ""),
             decoder=RECIPE["data"]["decoder"],
             videos=lambda wc: "" if REENCODE["enabled"] else user_videos_stamp(wc),
@@ -141,6 +165,6 @@ else:
             "../../environment.yml"
         shell:
             "python -m clipflow data scan --train-list {input.train:q} --val-list {input.val:q}"
-            " --root {params.root:q} --num-classes {params.num_classes}"
+            " --root {params.root:q} {params.num_classes} --dataset {params.dataset:q}"
             " --classes={params.classes:q} --out-dir {params.out:q} --workers {threads}"
             " --decoder {params.decoder} --clip-span {params.span} --short-videos {params.short} > {log:q} 2>&1"

@@ -17,11 +17,11 @@ import select
 import signal
 import sys
 
-from clipflow.cli import cluster, collect, data, evaluate, models, ps, report, status, train
+from clipflow.cli import cluster, collect, data, evaluate, models, predict, ps, report, status, train
 from clipflow.cli.args import Parser
 from clipflow.errors import FAILURES
 
-GROUPS = (cluster, data, train, collect, ps, evaluate, status, report, models)  # the order --help lists them in
+GROUPS = (cluster, data, train, collect, ps, evaluate, predict, status, report, models)  # the order of --help
 
 
 def build_parser() -> argparse.ArgumentParser:

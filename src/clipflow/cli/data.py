@@ -1,4 +1,4 @@
-"""`clipflow data synth|cifar-synth|cifar-index|scan|kinetics|reencode|frames` and `clipflow splits`."""
+"""`clipflow data synth|cifar-synth|cifar-index|lists|kinetics|scan|reencode|frames` and `clipflow splits`."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from clipflow.cli.args import count, json_object, setting
+from clipflow.data.datasets.source import LIST_SOURCES
 from clipflow.data.reader import DECODERS
 from clipflow.schemas import config_defaults, config_enum
 
@@ -42,7 +43,16 @@ def cmd_scan(a: argparse.Namespace) -> int:
 
     short = ShortVideos(a.clip_span, a.short_videos == "leave_out")
     scan_lists(a.train_list, a.val_list, a.root, a.num_classes, a.classes or None, a.out_dir, a.workers,
-               decoder=a.decoder, short_videos=short)  # fmt: skip
+               decoder=a.decoder, short_videos=short, dataset=a.dataset)  # fmt: skip
+    return 0
+
+
+def cmd_lists(a: argparse.Namespace) -> int:
+    """A class-per-folder tree, or a published data set's split files, -> `path label` lists and the class index."""
+    from clipflow.data.datasets.lists import write_dataset
+    from clipflow.data.datasets.read import dataset_lists
+
+    write_dataset(dataset_lists(a.source, a.root, a.annotations, a.split, a.val_fraction, a.seed), a.out_dir)
     return 0
 
 
@@ -128,8 +138,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--train-list", required=True)
     p.add_argument("--val-list", required=True)
     p.add_argument("--root", required=True)
-    p.add_argument("--num-classes", type=count, required=True, help="labels must be in [0, num_classes)")
-    p.add_argument("--classes", default="", help="the class index, one name a line (line number - 1 = label)")
+    p.add_argument("--num-classes", type=count, default=None,
+                   help="the recipe's model.num_classes, when it fixes it: labels must be in [0, num_classes), and a "
+                   "class index must name as many (default: the data's)")  # fmt: skip
+    p.add_argument(
+        "--classes",
+        default="",
+        help="the class index, one name a line (line number - 1 = label); labels may then be names",
+    )
+    p.add_argument("--dataset", default="", help="the data set in words, for the manifest and the report")
     p.add_argument("--out-dir", required=True)
     p.add_argument("--workers", type=count, default=2)
     p.add_argument("--decoder", choices=DECODERS, default=DECODERS[0],
@@ -139,6 +156,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--short-videos", choices=config_enum("data", "short_videos"),
                    default=defaults["short_videos"], help="keep the shorter ones, or leave them out")  # fmt: skip
     p.set_defaults(func=cmd_scan)
+    p = data.add_parser("lists", help="class folders, UCF101, HMDB51 or Something-Something v2 to the scan's lists")
+    p.add_argument("--source", choices=LIST_SOURCES, required=True, help="the data set's form (data.source)")
+    p.add_argument("--root", required=True, help="the videos (data.root)")
+    p.add_argument("--annotations", default="", help="ucf101, hmdb51, ssv2: the folder of the published split files")
+    p.add_argument("--split", type=setting("data", "ucf101", "split"), default=1, help="ucf101, hmdb51: 1, 2 or 3")
+    folder = defaults["folder"]
+    p.add_argument("--val-fraction", type=float, default=folder["val_fraction"],
+                   help="folder: the share of each class that validates, between 0 and 1")  # fmt: skip
+    p.add_argument("--seed", type=int, default=folder["seed"], help="folder: the split's seed")
+    p.add_argument("--out-dir", required=True, help="train_labels.txt, val_labels.txt and classes.txt go here")
+    p.set_defaults(func=cmd_lists)
     p = data.add_parser("kinetics", help="Kinetics annotation CSVs to the scan's 'path label' lists and classes.txt")
     p.add_argument("--train-csv", required=True, help="label,youtube_id,time_start,time_end,split")
     p.add_argument("--val-csv", required=True)

@@ -46,7 +46,7 @@ def job_from_args(a: argparse.Namespace):
     """The flags of `train launch` as a TrainJob (checked as it is made): a job file (--job), or the plan, the
     recipe and its overrides, the back end's settings, the paths and the seed."""
     from clipflow.hosts.plan import Plan
-    from clipflow.recipe import load_recipe
+    from clipflow.recipe import fit_to_index, load_recipe
     from clipflow.train.job import TrainJob
 
     if a.job:
@@ -65,6 +65,7 @@ def job_from_args(a: argparse.Namespace):
           "threshold": setting(a, "compression_threshold", compression["threshold"])}  # fmt: skip
     policy = {name: setting(a, name, train[name]) for name in POLICY}
     recipe = load_recipe(a.recipe, json_object(a.overrides or "{}"))
+    recipe = fit_to_index(recipe, a.train_list, f"recipe {a.recipe}")
     plan = Plan.read(a.plan, launching=True)
     return TrainJob.create(plan, recipe, setting(a, "backend", train["backend"]), ps, paths,
                            setting(a, "seed", train["seed"]), "train launch", policy)  # fmt: skip

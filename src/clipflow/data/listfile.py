@@ -3,9 +3,10 @@
 Fields are separated by spaces (or commas, for PySlowFast CSVs). Paths are relative
 to a root folder unless absolute. A path may hold spaces, as Kinetics' label folders
 do (`passing American football (in game)/x.mp4 0`), when it ends in a file extension:
-the last one or two fields are then the numbers. Every error names the file and the line: a byte that is
-not UTF-8, a line of the wrong shape, a label that is no class index (with ``num_classes``), a list numbered
-from 1.
+the last one or two fields are then the numbers. With a class index (``classes``), a label may be a class name
+(`jump/a.mp4 jumping jacks`): the longest name the line ends with. Every error names the file and the line: a
+byte that is not UTF-8, a line of the wrong shape, a label that is no class index (with ``num_classes``), a list
+numbered from 1.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class VideoEntry:
 
 NUM_CLASSES_SETTING = "the recipe's model.num_classes; data scan's --num-classes"  # where a user sets it
 _EXTENSION = re.compile(r"\.[A-Za-z0-9]+$")
+_COUNTED = re.compile(r"(.+\.[A-Za-z0-9]+)[ \t,]+([+-]?\d+)")  # a path with its extension, then a frame count
 
 
 def _is_int(text: str) -> bool:
@@ -51,8 +53,9 @@ def _split_fields(text: str) -> list[str]:
     return fields
 
 
-def read_list(path: str | Path, num_classes: int | None = None) -> list[VideoEntry]:
-    """Reads a list file. With `num_classes`, its labels are checked as class indices (:func:`check_labels`)."""
+def read_list(path: str | Path, num_classes: int | None = None, classes: list[str] | None = None) -> list[VideoEntry]:
+    """Reads a list file. With `num_classes`, its labels are checked as class indices (:func:`check_labels`); with
+    ``classes`` (a class index), a label may be a class name."""
     path = Path(path)
     if not path.exists():
         raise ClipflowError(f"list file {path} does not exist; check the data settings (train_list / val_list)")
@@ -60,7 +63,7 @@ def read_list(path: str | Path, num_classes: int | None = None) -> list[VideoEnt
     for number, raw in enumerate(read_text(path, "list file").splitlines(), start=1):
         text = raw.strip()
         if text and not text.startswith("#"):
-            entries.append(_entry(text, f"{path} line {number}", number))
+            entries.append(_entry(text, f"{path} line {number}", number, classes))
     if not entries:
         raise ClipflowError(f"list file {path} has no entries")
     check_labels(entries, path, num_classes)
@@ -72,9 +75,27 @@ def parse_line(text: str, where: str) -> VideoEntry:
     return _entry(text.strip(), where, 0)
 
 
-def _entry(text: str, where: str, number: int) -> VideoEntry:
-    """One list line as an entry; a line of the wrong shape is an error naming ``where`` (file and line)."""
-    fields = _split_fields(text)
+def _named(text: str, classes: list[str]) -> tuple[str, int] | None:
+    """(the line without its label, the label) when ``text`` ends in a class name of ``classes`` after a space or a
+    comma (the longest such name), else None."""
+    ends = [(len(name), i) for i, name in enumerate(classes)
+            if text.endswith(name) and len(text) > len(name) and text[-len(name) - 1] in " \t,"]  # fmt: skip
+    if not ends:
+        return None
+    size, label = max(ends)
+    return text[: -size - 1].rstrip(" \t,"), label
+
+
+def _entry(text: str, where: str, number: int, classes: list[str] | None = None) -> VideoEntry:
+    """One list line as an entry; a line of the wrong shape is an error naming ``where`` (file and line). With
+    ``classes``, a line whose label is a class name has that name's index."""
+    named = _named(text, classes) if classes and not _is_int(re.split(r"[\s,]", text)[-1]) else None
+    if named is not None:
+        head, label = named
+        counted = _COUNTED.fullmatch(head)  # `path num_frames name`
+        fields = [*(counted.groups() if counted else [head]), str(label)]
+    else:
+        fields = _split_fields(text)
     if len(fields) not in (2, 3):
         raise ClipflowError(
             f"{where}: expected 'path num_frames label' or 'path label', got {len(fields)} fields: {text!r}"
@@ -83,7 +104,15 @@ def _entry(text: str, where: str, number: int) -> VideoEntry:
         label = int(fields[-1])
         frames = int(fields[1]) if len(fields) == 3 else None
     except ValueError:
-        raise ClipflowError(f"{where}: label and frame count must be integers, got {text!r}") from None
+        names = " (or a class name of the class index)" if classes else ""
+        raise ClipflowError(
+            f"{where}: label and frame count must be integers{names}, got {text!r}"
+            + (
+                ""
+                if classes
+                else "; to write class names as labels, give their class index (data.classes, one name a line)"
+            )
+        ) from None
     if label < 0:
         raise ClipflowError(f"{where}: label {label} is out of range: labels are class indices, 0 or more")
     if frames is not None and frames <= 0:

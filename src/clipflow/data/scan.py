@@ -287,13 +287,17 @@ def write_index(
     classes: list[str] | None,
     root: str | Path,
     short_videos: ShortVideos = ShortVideos(),
+    num_classes: int | None = None,
+    dataset: str = "",
 ) -> dict:
-    """Writes `{split}.lst` of the good videos, `manifest.json` (counts, short videos, classes, failures) and
+    """Writes `{split}.lst` of the good videos, `manifest.json` (the data set in words, its number of classes and
+    their names, counts, short videos, failures) and
     `videos.json`
     (size, mtime_ns and sha256 of every good video of every split, by its path in the lists, and the data root
     they are under), recorded as clipflow's (:mod:`clipflow.made`)."""
     made = Made(out_dir, "--out-dir")
-    manifest: dict = {"splits": {}, "failures": [], "classes": classes, "clip_span": short_videos.span,
+    manifest: dict = {"dataset": dataset, "num_classes": num_classes if num_classes is not None else len(classes or []),
+                      "splits": {}, "failures": [], "classes": classes, "clip_span": short_videos.span,
                       "short_videos": "leave_out" if short_videos.leave_out else "keep"}  # fmt: skip
     files: dict[str, dict] = {}
     for split, results in splits.items():
@@ -388,43 +392,93 @@ def journal_name(split: str) -> str:
     return f"{split}.scan.jsonl"
 
 
+def check_class_count(classes: list[str] | None, num_classes: int | None, classes_file: str | Path | None) -> None:
+    """A class index of another number of classes than the recipe's ``num_classes`` is refused, naming both and the
+    way out."""
+    if classes is not None and num_classes is not None and len(classes) != num_classes:
+        raise ClipflowError(
+            f"the data has {len(classes)} classes (the class index {classes_file}) but the recipe's model has "
+            f"num_classes {num_classes}: leave num_classes out of the recipe to take the data's, or set it to "
+            f"{len(classes)} (overrides: {{model: {{num_classes: {len(classes)}}}}}); nothing was scanned"
+        )
+
+
+def data_classes(classes: list[str] | None, lists: dict[str, list[VideoEntry]], num_classes: int | None) -> int:
+    """The number of classes of the data: its class index's names, else the recipe's ``num_classes`` when it fixes
+    it (the labels were checked against it), else the largest label + 1."""
+    if classes is not None:
+        return len(classes)
+    if num_classes is not None:
+        return num_classes
+    return 1 + max(e.label for entries in lists.values() for e in entries)
+
+
+def check_every_class_trains(manifest: dict, lists: dict[str, list[VideoEntry]], names: list[str] | None,
+                             out_dir: str | Path, log=print) -> None:  # fmt: skip
+    """A class whose training videos were listed but none of them could be read is named, with the first reasons:
+    the model would have a class it never sees. With a class index (``names``: a class folder, a published data set)
+    that is refused; a list of label numbers only is warned about, since its classes may be numbered otherwise."""
+    kept = {int(label) for label in manifest["splits"]["train"]["per_class"]}
+    listed = Counter(e.label for e in lists["train"])
+    lost = sorted(label for label in listed if label not in kept)
+    if not lost:
+        return
+    label = lost[0]
+    name = f"class {names[label]!r} (label {label})" if names else f"label {label}"
+    reasons = [
+        f"{f['path']}: {f['error']}" for f in manifest["failures"] if f["split"] == "train" and f["label"] == label
+    ]
+    more = f"; {len(lost) - 1} more class(es) without a readable video too" if len(lost) > 1 else ""
+    message = (
+        f"{name} has no readable training video: all {listed[label]} of its videos were left out ("
+        + "; ".join(reasons[:3])
+        + (", ..." if len(reasons) > 3 else "")
+        + f"){more}; replace them with videos that "
+        f"play, or remove the class; every failure is in {Path(out_dir) / 'manifest.json'}"
+    )
+    if names is None:
+        log(f"warning: {message}")
+        return
+    raise ClipflowError(message)
+
+
 def scan_lists(
     train_list: str | Path,
     val_list: str | Path,
     root: str | Path,
-    num_classes: int,
+    num_classes: int | None,
     classes_file: str | Path | None,
     out_dir: str | Path,
     workers: int = 2,
     log=print,
     decoder: str = "pyav",
     short_videos: ShortVideos = ShortVideos(),
+    dataset: str = "",
 ) -> dict:
     """Both lists scanned (each resumable from its journal in ``out_dir``), the index, the manifest and the
     kept videos' records (``videos.json``) written there; logs the counts, the videos shorter than a clip
-    (:class:`ShortVideos`) and each video left out. Raises
-    ClipflowError when a split keeps no video, when the class index names more classes than the model has, or
-    when a list's label is no class index (one of num_classes or more, or a list numbered from 1:
-    :func:`clipflow.data.listfile.check_labels`)."""
+    (:class:`ShortVideos`) and each video left out. ``num_classes``: the recipe's, None when it takes the data's
+    (:func:`data_classes`, recorded in the manifest with ``dataset``, the data set in words). With a class index
+    (``classes_file``), the lists' labels may be class names. Raises ClipflowError when a split keeps no video, when
+    a class keeps no training video (:func:`check_every_class_trains`), when the class index names another number
+    of classes than the model has, or when a list's label is no class index (one of num_classes or more, or a list
+    numbered from 1: :func:`clipflow.data.listfile.check_labels`)."""
     from clipflow.data.kinetics import read_classes
     from clipflow.data.listfile import read_list
 
     check_out_dir(out_dir, {"train": train_list, "val": val_list})
     classes = read_classes(classes_file) if classes_file else None  # one name a line: Kinetics names hold spaces
-    if classes is not None and len(classes) > num_classes:
-        raise ClipflowError(
-            f"{classes_file} lists {len(classes)} classes but the model has num_classes {num_classes}; "
-            f"set the recipe's model.num_classes to {len(classes)} (e.g. overrides: {{model: {{num_classes: "
-            f"{len(classes)}}}}})"
-        )
+    check_class_count(classes, num_classes, classes_file)
     # both lists read before any video is decoded: a label that is no class index stops here, named in its list
-    lists = {split: read_list(path, num_classes) for split, path in (("train", train_list), ("val", val_list))}
+    known = len(classes) if classes is not None else num_classes
+    lists = {split: read_list(path, known, classes) for split, path in (("train", train_list), ("val", val_list))}
+    count = data_classes(classes, lists, num_classes)
     results = {}
     for split, entries in lists.items():
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         journal = Made(out_dir, "--out-dir").journal(journal_name(split))  # an interrupted scan resumes from it
         results[split] = scan(entries, root, workers=workers, desc=f"scan {split}", journal=journal, decoder=decoder)
-    manifest = write_index(results, out_dir, classes, root, short_videos)
+    manifest = write_index(results, out_dir, classes, root, short_videos, count, dataset)
     for split, info in manifest["splits"].items():
         log(f"{split}: {info['videos']} videos kept, {info['failed']} failed")
         if info["shorter_than_clip"] and not short_videos.leave_out:
@@ -435,4 +489,6 @@ def scan_lists(
             raise ClipflowError(f"no {split} video could be decoded; see the failures in {out_dir}/manifest.json")
     for f in manifest["failures"]:
         log(f"left out ({f['split']}): {f['path']} (line {f['line']}): {f['error']}")
+    check_every_class_trains(manifest, lists, classes, out_dir, log)
+    log(f"{count} classes" + (f" ({dataset})" if dataset else ""))
     return manifest

@@ -26,6 +26,8 @@ from clipflow.models.builder import build_model
 from clipflow.models.scoring import score_videos
 from clipflow.safe_load import load_weights_only
 
+WHICH = "is it a model file clipflow wrote (the train stage's model_final.pt or best.pt)?"  # for one that is not
+
 
 class OneProcess:
     """The collectives of a single worker: its sums are the totals."""
@@ -37,14 +39,17 @@ class OneProcess:
 
 
 def load_model(path: str | Path) -> tuple[torch.nn.Module, dict]:
-    """The model ``path`` holds (weights only: clipflow.safe_load) and its recipe; ClipflowError naming the file
-    when it is missing, damaged (its ``.sha256`` records other bytes), wants more than weights, or does not load."""
+    """The model ``path`` holds (weights only: clipflow.safe_load) and its recipe (whose ``model.classes`` names the
+    classes, when the data had a class index); ClipflowError naming the file when it is missing, damaged (its
+    ``.sha256`` records other bytes), wants more than weights, or does not load."""
     path = Path(path)
     try:
         damaged = damage(path)
         if damaged:
             raise ClipflowError(f"model file {path} is {damaged}; run the train stage again, or restore a good copy")
         state = load_weights_only(path, "model file")
+        if not isinstance(state, dict) or not {"model", "recipe"} <= state.keys():
+            raise ClipflowError(f"model file {path} cannot be loaded: it holds no model weights and recipe; {WHICH}")
         recipe = state["recipe"]
         model = build_model(recipe["model"])
         model.load_state_dict(state["model"])
@@ -53,7 +58,7 @@ def load_model(path: str | Path) -> tuple[torch.nn.Module, dict]:
     except ClipflowError:
         raise
     except Exception as exc:
-        raise ClipflowError(f"model file {path} cannot be loaded ({str(exc).splitlines()[0]})") from None
+        raise ClipflowError(f"model file {path} cannot be loaded ({str(exc).splitlines()[0]}); {WHICH}") from None
     return model.eval(), recipe
 
 
@@ -63,9 +68,10 @@ def check_batch_size(batch_size: int | None) -> None:
 
 
 def open_list(recipe: dict, list_path: str | Path, root: str | Path, rank: int = 0, num_workers: int = 1):
-    """The test-mode dataset of ``list_path`` and its labels; a bad line, a label the model cannot predict
-    or a missing video of worker ``rank``'s share (entries rank, rank + num_workers, ...: all by default) is
-    named here, before any scoring. A host with its own disk holds only its workers' share."""
+    """The test-mode dataset of ``list_path``, its labels and its paths (as the list writes them); a bad line, a
+    label the model cannot predict or a missing video of worker ``rank``'s share (entries rank, rank + num_workers,
+    ...: all by default) is named here, before any scoring. A host with its own disk holds only its workers'
+    share."""
     list_path, classes = Path(list_path), recipe["model"]["num_classes"]
     entries = read_list(list_path)
     for e in entries:
@@ -79,7 +85,7 @@ def open_list(recipe: dict, list_path: str | Path, root: str | Path, rank: int =
     for e in videos[rank::num_workers]:
         if not e.resolve(root).is_file():
             raise ClipflowError(f"video {e.resolve(root)} (listed in {list_path} line {e.line}) does not exist")
-    return dataset, torch.tensor([e.label for e in entries], dtype=torch.int64)
+    return dataset, torch.tensor([e.label for e in entries], dtype=torch.int64), [e.path for e in entries]
 
 
 def check_out(out: str | Path) -> Path:
@@ -116,7 +122,7 @@ def evaluate(
     device = device or torch.device("cpu")
     model, recipe = load_model(model_path)
     model.to(device)
-    dataset, labels = open_list(recipe, list_path, root, comm.rank, comm.num_workers)
+    dataset, labels, paths = open_list(recipe, list_path, root, comm.rank, comm.num_workers)
     n, classes = len(dataset), recipe["model"]["num_classes"]
     names = class_names(list_path, classes)  # a bad class index fails before the scoring, on every worker
     share = list(range(comm.rank, n, comm.num_workers))
@@ -137,7 +143,7 @@ def evaluate(
         "num_views": dataset.views,
         "workers": comm.num_workers,
         "protocol": protocol_of(recipe),
-        **video_metrics(*gathered, labels, dataset.views, names),
+        **video_metrics(*gathered, labels, dataset.views, names, paths),
         "reference": recipe.get("reference", {}),
     }
     write_text_with_checksum(out, json.dumps(metrics, indent=2) + "\n")  # its checksum: copies are checked

@@ -7,7 +7,9 @@ video's views of their softmax probabilities (PySlowFast's ensemble of a multi-v
 
 Clip level counts views (hits over N x views); video level scores the mean probabilities. Per class:
 the videos of that label and their video-level top-1 (None for a class without videos). The confusion
-matrix counts videos by true label (row) and video-level top-1 prediction (column).
+matrix counts videos by true label (row) and video-level top-1 prediction (column). Per video (``videos``, in
+list order, given the list's paths): its path as the list writes it, its label, its video-level top-1
+prediction and that prediction's mean probability (what `clipflow predict` answers first for the video).
 """
 
 from __future__ import annotations
@@ -18,10 +20,17 @@ from clipflow.models.scoring import top_k
 
 
 def video_metrics(
-    probs: torch.Tensor, clip_hits: torch.Tensor, loss: torch.Tensor, labels: torch.Tensor, views: int, names: list[str]
+    probs: torch.Tensor,
+    clip_hits: torch.Tensor,
+    loss: torch.Tensor,
+    labels: torch.Tensor,
+    views: int,
+    names: list[str],
+    paths: list[str] | None = None,
 ) -> dict:
     """top1, top5, loss (video level, at the top), ``clip`` and ``video`` accuracies, ``classes``,
-    ``per_class`` and ``confusion``, as metrics.json holds them."""
+    ``per_class`` and ``confusion``, and with the list's ``paths`` each video's prediction (``videos``), as
+    metrics.json holds them."""
     n, classes = probs.shape
     labels = labels.to(torch.int64).cpu()
     best = probs.cpu().topk(top_k(classes), dim=1).indices
@@ -39,7 +48,7 @@ def video_metrics(
         per_class.append({"label": label, "name": names[label], "videos": count, "top1": top1})
     video = {"top1": int(video_top1.sum()) / n, "top5": int(video_topk.sum()) / n}
     hits = clip_hits.to(torch.int64).cpu().sum(dim=0)
-    return {
+    metrics = {
         "top1": video["top1"],
         "top5": video["top5"],
         "loss": float(loss.to(torch.float64).cpu().mean()),
@@ -49,6 +58,13 @@ def video_metrics(
         "per_class": per_class,
         "confusion": confusion.tolist(),
     }
+    if paths is not None:
+        chosen = probs.cpu().to(torch.float64).gather(1, predicted[:, None])[:, 0]
+        metrics["videos"] = [
+            {"path": path, "label": label, "predicted": guess, "probability": p}
+            for path, label, guess, p in zip(paths, labels.tolist(), predicted.tolist(), chosen.tolist(), strict=True)
+        ]
+    return metrics
 
 
 def summary_line(metrics: dict) -> str:

@@ -49,7 +49,8 @@ class OnePathway(nn.Module):
 
 
 def build_model(settings: dict[str, Any]) -> nn.Module:
-    """`settings` is a recipe's model section: `name`, `num_classes` and the architecture's own keys."""
+    """`settings` is a recipe's model section: `name`, `num_classes` and the architecture's own keys (``classes``, the
+    class names, are the data's: no setting of the architecture)."""
     name = settings.get("name")
     card(name)
     classes = settings.get("num_classes")
@@ -71,7 +72,7 @@ def _only_name_and_classes(name: str, settings: dict[str, Any]) -> None:
     foreign = sorted(set(settings) & SLOWFAST_KEYS)
     if foreign:
         raise ClipflowError(f"model.{foreign[0]} is a SlowFast setting; {name} takes only name and num_classes")
-    unknown = sorted(set(settings) - {"name", "num_classes"})
+    unknown = sorted(set(settings) - {"name", "num_classes", "classes"})
     if unknown:
         raise ClipflowError(f"model.{unknown[0]} is not a setting of {name}; it takes only name and num_classes")
 

@@ -79,7 +79,13 @@ def _pct(value: float | None) -> float | None:
     return None if value is None else 100.0 * value
 
 
-def _summary(metrics: dict) -> str:
+def chance(metrics: dict, manifest: dict) -> tuple[int, float] | None:
+    """(classes, the top-1 of a guess in percent) of the data set: one class in as many as it has."""
+    count = manifest.get("num_classes") or len(metrics.get("classes") or [])
+    return (count, 100.0 / count) if count else None
+
+
+def _summary(metrics: dict, manifest: dict) -> str:
     line = f"video top-1 <b>{100 * metrics['top1']:.2f}%</b>, top-5 {100 * metrics['top5']:.2f}%"
     rows = comparisons(metrics)
     first = next((r for r in rows if r.metric == "top-1" and r.reference is not None), None)
@@ -87,7 +93,12 @@ def _summary(metrics: dict) -> str:
         line += (
             f" &mdash; reference {first.reference:.2f}% ({html.escape(first.source)}): {first.difference:+.2f} points"
         )
-    return f'<p class="summary">{line}</p>'
+    guess = chance(metrics, manifest)
+    data = html.escape(manifest.get("dataset") or "the scanned data set")
+    on = f"<p>On {data}" + (
+        f": {guess[0]} classes, chance (a guess) is {guess[1]:.1f}% top-1.</p>" if guess else ".</p>"
+    )
+    return f'<p class="summary">{line}</p>{on}'
 
 
 def _evaluation(metrics: dict, out: Path) -> str:
@@ -310,7 +321,8 @@ def _dataset(manifest: dict) -> str:
     rows = [[split, s.get(unit), s.get("failed"), len(s.get("per_class") or {}),
              f"{s['frames_min']}-{s['frames_max']}" if "frames_min" in s else None,
              ", ".join(s.get("sizes") or [])] for split, s in manifest.get("splits", {}).items()]  # fmt: skip
-    part = "<h2>Dataset</h2>" + table(["split", unit, "failed", "classes", "frames", "sizes"], rows)
+    named = f"<p>{html.escape(manifest['dataset'])}</p>" if manifest.get("dataset") else ""
+    part = "<h2>Dataset</h2>" + named + table(["split", unit, "failed", "classes", "frames", "sizes"], rows)
     short = {split: s["shorter_than_clip"] for split, s in manifest.get("splits", {}).items()
              if s.get("shorter_than_clip")}  # fmt: skip
     if short:
@@ -374,7 +386,7 @@ def write_report(inputs: ReportInputs, out_dir: str | Path, run: str = "") -> Pa
     title = f"{TITLE}{run or metrics['recipe']}: {metrics['recipe']}"
     body = "".join([
         f"<h1>{html.escape(title)}</h1>",
-        _summary(metrics),
+        _summary(metrics, manifest),
         _evaluation(metrics, out),
         _training(history, out),
         _throughput(history, out),
