@@ -124,8 +124,8 @@ def test_the_command_line_lists_its_command_groups_and_each_handler_lives_in_its
     done = clipflow("--help")
     assert done.returncode == 0, done.stderr
     listed = done.stdout.split("{", 1)[1].split("}", 1)[0].split(",")
-    assert listed == ["cluster", "launch", "data", "splits", "train", "collect", "ps", "evaluate", "predict", "status", "report",
-                      "models"]  # fmt: skip
+    assert listed == ["cluster", "launch", "data", "splits", "train", "collect", "ps", "evaluate", "predict", "status",
+                      "report", "models"]  # fmt: skip
     handlers = {}
 
     def walk(parser: argparse.ArgumentParser, path: str) -> None:

@@ -28,8 +28,10 @@ COMMAND = re.compile(r"^(snakemake|python -m clipflow|clipflow)(?= |$)")
 # params here (a param that always skips would pass without running anything).
 AFTER_A_RUN = {"snakemake --report report.zip", "snakemake --report"}
 # The synthetic set the README's `data frames` example reads, kept small (config.yaml's own is 400 + 160 videos).
-SMALL_SET = ("data={dir: results/data/synthetic, synthetic: {num_train: 8, num_val: 8, min_frames: 40, max_frames: 48, "
-             "short_side: 32}}")
+SMALL_SET = (
+    "data={dir: results/data/synthetic, synthetic: {num_train: 8, num_val: 8, min_frames: 40, max_frames: 48, "
+    "short_side: 32}}"
+)
 
 
 def bash_blocks(text: str = README) -> list[str]:

@@ -95,6 +95,7 @@ def folder_lists(root: str | Path, val_fraction: float = 0.2, seed: int = 0) -> 
                 "folders alone (a share of each goes to validation) or train/ and val/ alone, each with the class "
                 "folders"
             )
+        others += [n for n in _visible(os.listdir(root)) if not (root / n).is_dir()]  # files beside train/, val/
         split = {s: _class_folders(root / s, root, others) for s in SPLIT_FOLDERS}
         strays = sorted(set(split["val"]) - set(split["train"]))
         if strays:
