@@ -34,7 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "recipe's test protocol: the views (data.test_clips x data.test_crops) and their ensemble (the mean of "
         "their softmax probabilities) that `clipflow evaluate` scores. A video that cannot be read is named with "
         "the reason (on stderr, or as a JSON line with --json) and the others are still answered; the exit "
-        "status is then 2. Class names come from the model file's classes, else the label numbers stand in.",
+        "status is then 2. Class names come from the model file's recipe (model.classes, the data's class index), "
+        "else the label numbers stand in.",
     )
     p.add_argument("videos", nargs="+", metavar="VIDEO", help="video files to answer for")
     model = p.add_mutually_exclusive_group(required=True)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from clipflow.data.datasets.lists import DatasetLists
-from clipflow.data.datasets.ucf101 import annotation_folder, check_root, check_split
+from clipflow.data.datasets.published import annotation_folder, check_root, check_split
 from clipflow.data.listfile import VideoEntry
 from clipflow.errors import ClipflowError
 from clipflow.textfile import read_text

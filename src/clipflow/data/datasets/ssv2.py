@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 
 from clipflow.data.datasets.lists import DatasetLists
-from clipflow.data.datasets.ucf101 import annotation_folder, check_root
+from clipflow.data.datasets.published import annotation_folder, check_root
 from clipflow.data.listfile import VideoEntry
 from clipflow.errors import ClipflowError
 from clipflow.textfile import json_kind, read_text

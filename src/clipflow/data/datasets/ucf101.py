@@ -17,9 +17,6 @@ the path as listed is the one on disk. Some guides rewrite the lists (``sed s/v_
 or rename the files, so a listed video that is not on disk as written is looked for in its folder ignoring case, and
 the name found there is the one listed; a folder part that is a class of classInd.txt only ignoring case is that
 class. Both are counted in a note.
-
-The functions for the annotation folder and its files (:func:`annotation_folder`, :func:`annotation_file`,
-:func:`check_split`, :func:`check_root`) serve the HMDB51 and Something-Something v2 readers too.
 """
 
 from __future__ import annotations
@@ -28,57 +25,16 @@ import os
 from pathlib import Path
 
 from clipflow.data.datasets.lists import DatasetLists
+from clipflow.data.datasets.published import annotation_file, annotation_folder, check_root, check_split
 from clipflow.data.listfile import VideoEntry
 from clipflow.errors import ClipflowError
 from clipflow.textfile import read_text
 
-SPLITS = (1, 2, 3)
 FOLDER = "ucfTrainTestlist"
 SETTING = "data.ucf101.annotations"
 CLASS_INDEX = "classInd.txt"
 TRAIN_LINE = "'Class/v_Class_gGG_cCC.avi label' (e.g. 'ApplyEyeMakeup/v_ApplyEyeMakeup_g08_c01.avi 1')"
 TEST_LINE = "'Class/v_Class_gGG_cCC.avi' (e.g. 'ApplyEyeMakeup/v_ApplyEyeMakeup_g01_c01.avi')"
-
-
-def check_split(split: int, dataset: str, setting: str) -> int:
-    """``split`` as one of the published splits 1, 2 and 3; else a ClipflowError naming ``setting``."""
-    if isinstance(split, bool) or not isinstance(split, int) or split not in SPLITS:
-        raise ClipflowError(f"{dataset} has splits 1, 2 and 3, not {split!r}; set {setting} to 1, 2 or 3")
-    return split
-
-
-def check_root(root: str | Path, what: str) -> Path:
-    """The video root as a folder; else a ClipflowError saying what it should be (``what``)."""
-    if not str(root):
-        raise ClipflowError(f"data.root is not set; give {what}")
-    if not Path(root).is_dir():
-        raise ClipflowError(f"data.root {root} is not a folder; give {what}")
-    return Path(root)
-
-
-def annotation_folder(annotations: str | Path, setting: str, folder: str) -> Path:
-    """The folder of the published split files; a ClipflowError when it is not set or not a folder."""
-    if not str(annotations):
-        raise ClipflowError(f"{setting} is not set; give it the extracted {folder} folder")
-    path = Path(annotations)
-    if not path.is_dir():
-        raise ClipflowError(f"{setting} {path} is not a folder; give it the extracted {folder} folder")
-    return path
-
-
-def _hint(folder: Path, name: str) -> str:
-    """Where below ``folder`` a file ``name`` is (the archive extracted one level too high), for a message."""
-    found = sorted(folder.glob(f"*/{name}"))
-    return f" ({found[0].parent} holds it: give that folder)" if found else ""
-
-
-def annotation_file(folder: Path, name: str, setting: str, extracted: str) -> Path:
-    """``folder/name``; a ClipflowError naming the file expected and the setting when it is not there."""
-    path = folder / name
-    if not path.is_file():
-        raise ClipflowError(f"{name} not in {folder}: give {setting} the extracted {extracted} folder"
-                            + _hint(folder, name))  # fmt: skip
-    return path
 
 
 def read_class_index(path: Path) -> list[str]:
