@@ -41,10 +41,10 @@ def test_lists_classes_and_counts_then_the_scan(tree, tmp_path):
     assert lines(out / "val_labels.txt") == VAL_LIST
     assert f"train: 5 videos from {tree['train_csv']}" in done.stdout
     assert f"; 1 not found under {tree['root']} (kept: the scan lists them as failures)" in done.stdout
-    assert "; 1 unlabelled (test) rows left out" in done.stdout
-    assert f"val: 3 videos from {tree['val_csv']} in {out / 'val_labels.txt'}; 0 not found under" in done.stdout
+    assert f"train: 1 unlabelled (test) rows of {tree['train_csv']} left out" in done.stdout
+    assert f"val: 3 videos from {tree['val_csv']} in {out / 'val_labels.txt'}\n" in done.stdout
     assert f"not found (train): tàijí_quán/eee_000003_000013.mp4 ({tree['train_csv']} line 6)" in done.stdout
-    assert f"classes: 3 (the sorted labels of {tree['train_csv']})" in done.stdout
+    assert f"Kinetics: 3 classes (the sorted labels of {tree['train_csv']})" in done.stdout
 
     # the scan reads the lists, paths with spaces and non-ASCII included, and lists the missing video as a failure
     scanned = clipflow(
@@ -85,7 +85,7 @@ def test_given_class_index_sets_the_indices(tree, tmp_path):
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "lists" / "classes.txt").read_bytes() == given.read_bytes()
     assert [x.rsplit(" ", 1)[1] for x in lines(tmp_path / "lists" / "train_labels.txt")] == ["2", "3", "1", "2", "1"]
-    assert f"classes: 4 (from {given})" in done.stdout
+    assert f"Kinetics: 4 classes (from {given})" in done.stdout
 
 
 def test_class_index_lacking_a_label_names_it_and_its_line(tree, tmp_path):
@@ -133,7 +133,7 @@ def test_wrong_video_root_is_named(tree, tmp_path):
     (tmp_path / "empty").mkdir()
     done = kinetics({**tree, "root": tmp_path / "empty"}, tmp_path / "lists")
     assert done.returncode == 2
-    assert f"none of the 5 videos of {tree['train_csv']} is under {tmp_path / 'empty'}" in done.stderr
+    assert f"none of the 5 train videos of {tree['train_csv']} is under {tmp_path / 'empty'}" in done.stderr
 
 
 # -- data reencode -----------------------------------------------------------------------------

@@ -62,7 +62,7 @@ def test_kinetics_source_up_to_the_manifest(workdir, tree):
     assert train == [f"{line.rsplit(' ', 1)[0]} {FRAMES} {line[-1]}" for line in TRAIN_LIST[:4]]
     assert all((Path(tree["root"]) / p).is_file() for p in paths(train, 2))  # relative to data.kinetics.root
     log = (workdir / "logs/data/kinetics_results_data_k.log").read_text(encoding="utf-8")
-    assert "1 unlabelled (test) rows left out" in log
+    assert f"train: 1 unlabelled (test) rows of {tree['train_csv']} left out" in log
 
 
 def test_reencoded_kinetics_up_to_the_manifest_and_a_rerun_skips_the_done_videos(workdir, tree):

@@ -49,9 +49,10 @@ def cmd_scan(a: argparse.Namespace) -> int:
 
 def cmd_lists(a: argparse.Namespace) -> int:
     """A class-per-folder tree, or a published data set's split files, -> `path label` lists and the class index."""
-    from clipflow.data.datasets.lists import write_dataset
+    from clipflow.data.datasets.lists import check_out, write_dataset
     from clipflow.data.datasets.read import dataset_lists
 
+    check_out(a.out_dir)  # someone else's file there is refused before the data set is read
     write_dataset(dataset_lists(a.source, a.root, a.annotations, a.split, a.val_fraction, a.seed), a.out_dir)
     return 0
 

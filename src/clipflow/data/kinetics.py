@@ -118,12 +118,9 @@ def class_names(rows: list[KineticsRow]) -> list[str]:
 
 def write_classes(path: str | Path, classes: list[str]) -> None:
     """Writes one class name per line (line number - 1 = index), atomically."""
+    from clipflow.data.datasets.lists import classes_text
+
     write_text_atomic(path, classes_text(classes))
-
-
-def classes_text(classes: list[str]) -> str:
-    """A class index: one name a line, line i for label i."""
-    return "".join(f"{name}\n" for name in classes)
 
 
 def read_classes(path: str | Path) -> list[str]:
@@ -255,42 +252,23 @@ def kinetics_lists(
             raise ClipflowError(f"{source} has no labelled rows ({len(rows)} unlabelled test rows); lists need labels")
         entries = [row_entry(row, index[row.label], root) for row in labelled]
         missing = [e for e in entries if not (root / e.path).is_file()]
-        if len(missing) == len(entries):
-            raise ClipflowError(
-                f"none of the {len(entries)} videos of {source} is under {root} (looked for e.g. "
-                f"{root / missing[0].path}); check the video root"
-            )
         lists[split] = KineticsList(source, entries, len(rows) - len(labelled), missing)
     return KineticsLists(classes, classes_from, lists)
-
-
-SHOWN_PER_KIND = 10  # missing videos logged one by one; the rest are counted
 
 
 def write_kinetics_lists(train_csv: str | Path, val_csv: str | Path, root: str | Path, classes: str | Path | None,
                          out_dir: str | Path, log=print) -> KineticsLists:  # fmt: skip
     """The annotation CSVs as ``path label`` lists (train_labels.txt, val_labels.txt) and classes.txt in
-    ``out_dir``, as the scan reads them, recorded as clipflow's (:mod:`clipflow.made`: someone else's file of
+    ``out_dir``, as the scan reads them (:func:`clipflow.data.datasets.lists.write_dataset`: someone else's file of
     one of these names there is refused before the CSVs are read); logs what was made and the videos not found."""
-    from clipflow.data.listfile import labels_text
-    from clipflow.files import check_output_dir
-    from clipflow.made import Made
+    from clipflow.data.datasets.lists import DatasetLists, check_out, write_dataset
 
-    out = check_output_dir(out_dir, "--out-dir")
-    record = Made(out, "--out-dir")
-    record.check(["train_labels.txt", "val_labels.txt", "classes.txt"])
+    check_out(out_dir)
     made = kinetics_lists(train_csv, val_csv, root, classes or None)
-    for split, made_list in made.lists.items():
-        record.write_text(f"{split}_labels.txt", labels_text(made_list.entries))
-    record.write_text("classes.txt", classes_text(made.classes))
-    for split, made_list in made.lists.items():
-        notes = [f"{len(made_list.missing)} not found under {root} (kept: the scan lists them as failures)"]
-        notes += [f"{made_list.unlabelled} unlabelled (test) rows left out"] if made_list.unlabelled else []
-        log(f"{split}: {len(made_list.entries)} videos from {made_list.csv} in {out / f'{split}_labels.txt'}; "
-            + "; ".join(notes))  # fmt: skip
-        for entry in made_list.missing[:SHOWN_PER_KIND]:
-            log(f"not found ({split}): {entry.path} ({made_list.csv} line {entry.line})")
-        if len(made_list.missing) > SHOWN_PER_KIND:
-            log(f"not found ({split}): ... and {len(made_list.missing) - SHOWN_PER_KIND} more")
-    log(f"classes: {len(made.classes)} ({made.classes_from}) in {out / 'classes.txt'}")
+    notes = [f"{split}: {made_list.unlabelled} unlabelled (test) rows of {made_list.csv} left out"
+             for split, made_list in made.lists.items() if made_list.unlabelled]  # fmt: skip
+    write_dataset(DatasetLists("Kinetics", made.classes, made.classes_from, Path(root),
+                               {split: made_list.entries for split, made_list in made.lists.items()},
+                               {split: made_list.csv for split, made_list in made.lists.items()}, notes),
+                  out_dir, log)  # fmt: skip
     return made

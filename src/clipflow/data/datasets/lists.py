@@ -56,32 +56,39 @@ def classes_text(classes: list[str]) -> str:
     return "".join(f"{name}\n" for name in classes)
 
 
-def write_dataset(made: DatasetLists, out_dir: str | Path, log: Callable[[str], None] = print) -> DatasetLists:
-    """``made`` checked (:meth:`DatasetLists.check`) and written to ``out_dir`` as ``train_labels.txt``,
-    ``val_labels.txt`` (``path label``) and ``classes.txt``, recorded as clipflow's: someone else's file of one of
-    these names there is refused before anything is written. Logs what was made, the notes and the videos not
-    found."""
+def check_out(out_dir: str | Path) -> Path:
+    """``out_dir`` as the lists' folder, checked before any file of the data set is read: a folder there or
+    makeable, and none of :data:`LISTS` there someone else's (:meth:`clipflow.made.Made.check`)."""
     from clipflow.files import check_output_dir
     from clipflow.made import Made
 
     out = check_output_dir(out_dir, "--out-dir")
-    record = Made(out, "--out-dir")
-    record.check(LISTS)
+    Made(out, "--out-dir").check(LISTS)
+    return out
+
+
+def write_dataset(made: DatasetLists, out_dir: str | Path, log: Callable[[str], None] = print) -> DatasetLists:
+    """``made`` checked (:meth:`DatasetLists.check`) and written to ``out_dir`` as ``train_labels.txt``,
+    ``val_labels.txt`` (``path label``) and ``classes.txt``, recorded as clipflow's (:func:`check_out`). Logs what
+    was made, the videos not found (kept: the scan lists each as a failure) and the notes."""
+    from clipflow.made import Made
+
+    out = check_out(out_dir)
     made.check()
+    record = Made(out, "--out-dir")
     for split in SPLITS:
         record.write_text(f"{split}_labels.txt", labels_text(made.lists[split]))
     record.write_text("classes.txt", classes_text(made.classes))
-    log(f"{made.name}: {len(made.classes)} classes ({made.classes_from}) in {out / 'classes.txt'}")
     for split in SPLITS:
         missing = made.missing(split)
-        found = (f"; {len(missing)} not found under {made.root} (kept: the scan lists them as failures)"
-                 if missing else "")  # fmt: skip
+        found = f"; {len(missing)} not found under {made.root} (kept: the scan lists them as failures)"
         log(f"{split}: {len(made.lists[split])} videos from {made.sources[split]} in {out / f'{split}_labels.txt'}"
-            + found)  # fmt: skip
+            + (found if missing else ""))  # fmt: skip
         for entry in missing[:SHOWN]:
             log(f"not found ({split}): {entry.path} ({made.sources[split]} line {entry.line})")
         if len(missing) > SHOWN:
             log(f"not found ({split}): ... and {len(missing) - SHOWN} more")
     for note in made.notes:
         log(note)
+    log(f"{made.name}: {len(made.classes)} classes ({made.classes_from}) in {out / 'classes.txt'}")
     return made
