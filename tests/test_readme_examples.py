@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-from folder_helpers import make_class_folders, write_motion_video
+from folder_helpers import MOTIONS, make_class_folders, write_motion_video
 from helpers import REPO, copy_workflow, python_env
 
 from clipflow.cli import build_parser
@@ -235,7 +235,7 @@ def test_your_own_videos_as_the_readme_says(tmp_path_factory):
     work = copy_workflow(tmp_path_factory.mktemp("own_videos"))
     folders = [asked.group(2), "clapping", "jumping", "running"]
     made = make_class_folders(work / "videos", folders)
-    write_motion_video(work / asked.group(1), "right_slow", seed=99)  # the one the README asks about, of folders[0]
+    write_motion_video(work / asked.group(1), MOTIONS[0], seed=99)  # the one the README asks about, of folders[0]
     done = run(on_a_free_port(run_block), work, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     asked_done = run(predict_block, work)
