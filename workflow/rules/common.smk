@@ -83,7 +83,8 @@ if REENCODE["enabled"]:
 # the folder the scanned lists' paths are relative to, which train and evaluate read the videos from
 DATA_ROOT = REENCODED if REENCODE["enabled"] else SOURCE_ROOT
 # a clip's window, 0 for images; with data.fit_step the shortest the fit may choose (step 1)
-CLIP_SPAN = RECIPE["data"].get("new_length", 0) * (1 if RECIPE["data"].get("fit_step") else RECIPE["data"].get("new_step", 1))
+_STEP = 1 if RECIPE["data"].get("fit_step") else RECIPE["data"].get("new_step", 1)
+CLIP_SPAN = RECIPE["data"].get("new_length", 0) * _STEP
 TRAIN = config["train"]
 if TRAIN["backend"] == "ddp":
     _ps_only = [
@@ -192,7 +193,8 @@ def source_lists(wildcards):
             "val": f"{DATA_DIR}/val_labels.txt",
             "classes": f"{DATA_DIR}/classes.txt",
         }
-    return {"train": DATA["train_list"], "val": DATA["val_list"], **({"classes": DATA["classes"]} if DATA["classes"] else {})}
+    given = {"classes": DATA["classes"]} if DATA["classes"] else {}
+    return {"train": DATA["train_list"], "val": DATA["val_list"], **given}
 
 
 def raw_lists(wildcards):

@@ -1,7 +1,7 @@
 # Stage 2, data: generate the synthetic set (embedded default), take the user's lists, or make lists of a
-# class-per-folder tree, of UCF101's, HMDB51's or Something-Something v2's split files, or of Kinetics annotation CSVs
-# (all with their class index, classes.txt, in the data set's folder); optionally re-encode every video (data.reencode); then
-# decode every video once with the recipe's decoder: list files with frame counts, a manifest,
+# class-per-folder tree, of UCF101's, HMDB51's or Something-Something v2's split files, or of Kinetics annotation
+# CSVs (all with their class index, classes.txt, in the data set's folder); optionally re-encode every video
+# (data.reencode); then decode every video once with the recipe's decoder: list files with frame counts, a manifest,
 # and each kept video's size, mtime and sha256 (videos.json). The first rule that reads the
 # user's videos (the re-encode, else the scan) takes their folder's digest as a parameter: a
 # video replaced, added or removed reruns it and what follows. Image recipes (CIFAR-10) index the python
