@@ -14,6 +14,7 @@ from helpers import clipflow
 from clipflow.config_entry import entered_config
 from clipflow.data.datasets.folder import folder_lists
 from clipflow.data.datasets.source import check_source, dataset_dir
+from clipflow.data.scan import scan_lists
 from clipflow.errors import ClipflowError
 from clipflow.recipe import fit_to_data, load_recipe
 
@@ -110,15 +111,14 @@ def test_list_labels_may_be_class_names_with_a_class_index(tmp_path):
     (tmp_path / "train.txt").write_text("wave/VID_20261000.mp4 wave\njumping jacks/VID_20261000.mp4 jumping jacks\n")
     (tmp_path / "val.txt").write_text("jumping jacks/VID_20261001.mp4 1\nwave/VID_20261001.mp4,wave\n")
     assert len(made) == 2
-    args = ["data", "scan", "--train-list", str(tmp_path / "train.txt"), "--val-list", str(tmp_path / "val.txt"),
-            "--root", str(root), "--out-dir", str(tmp_path / "index"), "--workers", "1"]  # fmt: skip
-    named = clipflow(*args, "--classes", str(tmp_path / "classes.txt"))
-    assert named.returncode == 0, named.stderr
+    lists = (tmp_path / "train.txt", tmp_path / "val.txt", root)
+    scan_lists(*lists, None, tmp_path / "classes.txt", tmp_path / "index", workers=1, log=lambda line: None)
     assert [line.split(" ")[-1] for line in (tmp_path / "index/train.lst").read_text().splitlines()] == ["0", "1"]
-    unnamed = clipflow(*args[:-4], "--out-dir", str(tmp_path / "index2"), "--workers", "1")
-    assert unnamed.returncode == 2
-    assert f"{tmp_path / 'train.txt'} line 1: label and frame count must be integers" in unnamed.stderr
-    assert "to write class names as labels, give their class index (data.classes, one name a line)" in unnamed.stderr
+    with pytest.raises(ClipflowError) as refused:
+        scan_lists(*lists, None, None, tmp_path / "index2", workers=1)
+    assert f"{tmp_path / 'train.txt'} line 1: label and frame count must be integers" in str(refused.value)
+    assert "to write class names as labels, give their class index (data.classes, one name a line)" in str(
+        refused.value)  # fmt: skip
 
 
 def test_the_number_of_classes_comes_from_the_data_unless_the_recipe_fixes_another():

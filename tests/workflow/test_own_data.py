@@ -27,10 +27,21 @@ from helpers import copy_workflow, python_env
 
 pytestmark = pytest.mark.workflow
 
-# small and quick: one worker on torch.distributed, one epoch, clips of the miniatures' 20 frames, one view a video
+# small and quick: one worker on torch.distributed, one epoch, clips of the miniatures' 20 frames at their 64x48, one
+# view a video
 QUICK = {
     "recipe": "slowfast_small_own",
-    "overrides": {"data": {"new_length": 16, "test_clips": 1, "test_crops": 1}, "train": {"epochs": 1}},
+    "overrides": {
+        "data": {
+            "new_length": 16,
+            "new_width": 64,
+            "new_height": 48,
+            "input_size": 48,
+            "test_clips": 1,
+            "test_crops": 1,
+        },
+        "train": {"epochs": 1},
+    },
     "cluster": {"num_workers": 1},
     "train": {"backend": "ddp"},
 }
