@@ -5,6 +5,7 @@ frames, the clip's span fits in the data's videos where they are known."""
 from __future__ import annotations
 
 import copy
+import itertools
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -165,13 +166,11 @@ def fit_to_data(recipe: dict, count: int | None, names: list[str] | None, where:
         )
     given = model.get("classes")
     if given is not None and names is not None and list(given) != list(names):
-        differ = next(i for i, (a, b) in enumerate(zip(given, names, strict=False)) if a != b) if len(given) == len(
-            names) else min(len(given), len(names))  # fmt: skip
+        differ = next(i for i, (a, b) in enumerate(itertools.zip_longest(given, names)) if a != b)
+        in_recipe, in_data = (n[differ] if differ < len(n) else "absent" for n in (given, names))
         raise ClipflowError(
             f"{what} names its classes (model.classes) otherwise than the data ({where}): label {differ} is "
-            f"{given[differ] if differ < len(given) else 'absent'!r} in the recipe but "
-            f"{names[differ] if differ < len(names) else 'absent'!r} in the data; leave model.classes out to take the "
-            "data's"
+            f"{in_recipe!r} in the recipe but {in_data!r} in the data; leave model.classes out to take the data's"
         )
     model["num_classes"] = count
     if given is None and names is not None:

@@ -1,4 +1,5 @@
 # Settings every rule file uses, derived once from the validated config and the recipe.
+import functools
 import json
 import os
 import re
@@ -242,6 +243,12 @@ def user_videos_stamp(wildcards):
     """A param function: the digest of the user's video folder (clipflow.data.stamps), so that a video replaced,
     added or removed reruns the first rules that read the videos, and what follows; "" for the videos the
     workflow makes itself (data.source: synthetic), which are a rule's output."""
+    return _videos_stamp()
+
+
+@functools.cache
+def _videos_stamp():
+    """The folder walked once per Snakemake run, though the lists and the scan both take its digest."""
     from clipflow.data.stamps import folder_stamp
 
     return folder_stamp(SOURCE_ROOT, leave_out=DATA_DIR) if SOURCE in ("list", "kinetics", *LIST_SOURCES) else ""

@@ -32,10 +32,14 @@ class DatasetLists:
     lists: dict[str, list[VideoEntry]]  # "train" and "val", in the order of their source
     sources: dict[str, str]  # split -> the file or folder its entries come from, for messages
     notes: list[str] = field(default_factory=list)  # what was left out and why, one line each, for the log
+    _missing: dict[str, list[VideoEntry]] = field(default_factory=dict, repr=False, compare=False)
 
     def missing(self, split: str) -> list[VideoEntry]:
-        """The entries of ``split`` whose video is not under the root."""
-        return [e for e in self.lists[split] if not e.resolve(self.root).is_file()]
+        """The entries of ``split`` whose video is not under the root (looked for once: the check and the log both
+        ask, and a Kinetics split holds a quarter of a million videos)."""
+        if split not in self._missing:
+            self._missing[split] = [e for e in self.lists[split] if not e.resolve(self.root).is_file()]
+        return self._missing[split]
 
     def check(self) -> None:
         """Both splits hold entries, and some video of each is under the root (else the root is the wrong one)."""
