@@ -49,3 +49,26 @@ def assert_refused(done: subprocess.CompletedProcess, *names: str, status: int =
     for name in names:
         assert name in errors[0], (name, errors[0])
     return errors[0]
+
+
+# The suite's ports: below the kernel's ephemeral range (32768-60999 on Linux), where no outgoing connection and no
+# bind to port 0 lands, and a block of its own for each xdist worker, so that no two tests running side by side are
+# handed one port, nor a test one that another test's process took for a moment.
+_PORT_BASE, _PORT_BLOCK = 20000, 2000
+_ports_handed = 0
+
+
+def free_port() -> int:
+    """A TCP port free right now on every address of this machine, in this xdist worker's own block, never the one
+    this process was handed last (a caller may ask for two before binding either)."""
+    from clipflow.hosts.ports import port_free
+
+    global _ports_handed
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    start = _PORT_BASE + int(worker or 0) % 6 * _PORT_BLOCK
+    for _ in range(_PORT_BLOCK):
+        port = start + (os.getpid() + _ports_handed) % _PORT_BLOCK
+        _ports_handed += 1
+        if port_free(port):
+            return port
+    raise RuntimeError(f"no free port in {start}-{start + _PORT_BLOCK - 1}")

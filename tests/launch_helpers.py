@@ -8,11 +8,10 @@ import json
 import subprocess
 import sys
 
-from helpers import python_env
+from helpers import free_port, python_env
 
 from clipflow.data.listfile import VideoEntry, read_list, write_list
 from clipflow.data.scan import scan
-from clipflow.hosts.ports import free_port
 
 TINY = {
     "train": {"epochs": 1, "batch_size": 2, "warmup_epochs": 0},

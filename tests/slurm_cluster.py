@@ -32,6 +32,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
+from helpers import free_port
 from netns_hosts import NetnsHosts, die_with_parent, kill_pids, wait_until
 
 from clipflow.train.requeue import job_facts
@@ -50,12 +51,6 @@ FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PRE
 def missing_tools() -> list[str]:
     """The Slurm and munge programs this machine lacks (``.ci/run`` installs them from Debian's packages)."""
     return [tool for tool in (*DAEMONS, *CLIENTS) if shutil.which(tool) is None]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
 
 
 class SlurmCluster:

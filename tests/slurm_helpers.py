@@ -8,11 +8,10 @@ import shlex
 import sys
 from pathlib import Path
 
-from helpers import python_env
+from helpers import free_port, python_env
 from launch_helpers import TINY, scanned
 
 from clipflow.data.listfile import write_list
-from clipflow.hosts.ports import free_port
 
 
 def three_splits(tmp_path: Path, tiny_videos: Path, per_worker: int = 4) -> Path:

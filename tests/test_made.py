@@ -10,11 +10,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from helpers import assert_refused, clipflow
+from helpers import assert_refused, clipflow, free_port
 from kinetics_helpers import make_kinetics_tree
 from safety_helpers import listing
 
-from clipflow.hosts.ports import free_port
 from clipflow.made import RECORD, Made
 
 SYNTH = ["--num-train", "8", "--num-val", "8", "--min-frames", "8", "--max-frames", "10", "--short-side", "32"]

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
 
 import pytest
 from folder_helpers import MOTIONS, make_class_folders, write_motion_video
-from helpers import REPO, copy_workflow, python_env
+from helpers import REPO, copy_workflow, free_port, python_env
 
 from clipflow.cli import build_parser
 
@@ -280,10 +279,7 @@ def test_your_own_videos_as_the_readme_says(tmp_path_factory):
 def on_a_free_port(block: str) -> str:
     """``block`` with its snakemake command on a root port of its own (the suite's other runs share this machine's
     ports; the README's user has the default, 9091, to themselves) and 2 epochs (the suite's time)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    extra = f" --config 'cluster={{root_port: {port}}}' 'overrides={{train: {{epochs: 2}}}}'"
+    extra = f" --config 'cluster={{root_port: {free_port()}}}' 'overrides={{train: {{epochs: 2}}}}'"
     return "\n".join(line + extra if line.startswith("snakemake ") else line for line in block.splitlines())
 
 

@@ -38,7 +38,7 @@ def workflow_for_hosts(repo: Path, work: Path) -> Path:
 def three_host_cluster(python: Path, key: str, known_hosts: str, **settings) -> dict:
     """The cluster settings of the three-host workflow tests: the ssh launcher, a worker and a server on each host,
     a free port, a short heartbeat timeout, and ``settings`` besides."""
-    from clipflow.hosts.ports import free_port
+    from helpers import free_port
 
     return {"python": str(python), "launcher": "ssh", "num_workers": 3, "num_servers": 3, "root_port": free_port(),
             "heartbeat_timeout": 10, "ssh_key": key, "known_hosts": known_hosts, **settings}  # fmt: skip

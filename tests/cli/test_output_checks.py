@@ -9,10 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from helpers import assert_refused, clipflow, python_env
+from helpers import assert_refused, clipflow, free_port, python_env
 from safety_helpers import listing
 
-from clipflow.hosts.ports import free_port
 from clipflow.report.page import OWN_FILES, TITLE, check_out_dir
 
 

@@ -15,13 +15,12 @@ from pathlib import Path
 
 import pytest
 from disk_helpers import files_on, fill, full_message
-from helpers import assert_refused, clipflow, python_env
+from helpers import assert_refused, clipflow, free_port, python_env
 
 from clipflow.errors import ClipflowError
 from clipflow.hosts.hostsfile import Host, hosts_from_config
 from clipflow.hosts.keys import ensure_local_key, public_key
 from clipflow.hosts.plan import make_plan, place
-from clipflow.hosts.ports import free_port
 from clipflow.hosts.ssh import SshSettings, ssh_options
 from clipflow.hosts.sync import EXCLUDES, rsync_argv
 

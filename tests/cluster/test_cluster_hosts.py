@@ -19,10 +19,8 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_refused, python_env
+from helpers import assert_refused, free_port, python_env
 from netns_hosts import NetnsHosts, ssh_hosts  # noqa: F401
-
-from clipflow.hosts.ports import free_port
 
 pytestmark = pytest.mark.hosts
 

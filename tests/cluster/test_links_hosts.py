@@ -18,11 +18,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import REPO, python_env
+from helpers import REPO, free_port, python_env
 from netns_hosts import NetnsHosts, ssh_hosts  # noqa: F401
 
 from clipflow.cluster.allreduce import BYTES
-from clipflow.hosts.ports import free_port
 from clipflow.models.builder import build_model
 from clipflow.recipe import load_recipe
 

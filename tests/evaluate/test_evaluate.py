@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 from disk_helpers import PAGE, files_on, fill, full_message
-from helpers import assert_refused, python_env
+from helpers import assert_refused, free_port, python_env
 from launch_helpers import scanned_val
 from safety_helpers import code_running_checkpoint, listing
 
@@ -21,7 +21,6 @@ from clipflow.data.cifar.batches import CIFAR10_CLASSES
 from clipflow.errors import ClipflowError
 from clipflow.evaluate.evaluate import load_model
 from clipflow.evaluate.metrics import video_metrics
-from clipflow.hosts.ports import free_port
 from clipflow.models.builder import build_model
 from clipflow.recipe import load_recipe
 

@@ -16,9 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from helpers import assert_refused, clipflow, python_env
-
-from clipflow.hosts.ports import free_port
+from helpers import assert_refused, clipflow, free_port, python_env
 
 JOB = Path(__file__).parent / "mxnet_kvstore_job.py"
 TIMEOUT = 300

@@ -12,12 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import python_env
+from helpers import free_port, python_env
 from launch_helpers import TINY
 from netns_hosts import wait_until
 from slurm_helpers import refusal_in, role_pid, sbatch, three_splits, train_script, training_started
-
-from clipflow.hosts.ports import free_port
 
 pytestmark = [pytest.mark.hosts, pytest.mark.slurm]
 

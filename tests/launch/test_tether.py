@@ -12,9 +12,8 @@ import time
 import uuid
 from pathlib import Path
 
-from helpers import python_env
+from helpers import free_port, python_env
 
-from clipflow.hosts.ports import free_port
 from clipflow.launch.tether import CANNOT_EXEC, tethered_argv
 
 HEARTBEAT_TIMEOUT = 5.0  # the job's, small: the roles must be gone within it

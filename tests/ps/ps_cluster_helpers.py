@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from helpers import free_port
 
-from clipflow.hosts.ports import free_port
 from clipflow.ps.wire import Message, decode, encode
 
 HERE = Path(__file__).resolve().parent  # tests/ps/: the worker programs lie beside this module

@@ -8,14 +8,13 @@ import sys
 
 import pytest
 import torch
-from helpers import python_env
+from helpers import free_port, python_env
 from job_helpers import tiny_job
 from launch_helpers import TINY, launch, two_splits
 
 from clipflow.errors import ClipflowError
 from clipflow.hosts.hostsfile import Host
 from clipflow.hosts.plan import make_plan
-from clipflow.hosts.ports import free_port
 from clipflow.launch.roles import role_commands
 from clipflow.train.comm import DDPConfig, lost_peer, timed_out
 from clipflow.train.device import worker_device

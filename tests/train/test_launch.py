@@ -10,11 +10,10 @@ import time
 import pytest
 import torch
 from disk_helpers import files_on, full_message
-from helpers import python_env
+from helpers import free_port, python_env
 from launch_helpers import TINY, launch, scanned, scanned_val, two_splits
 
 from clipflow.data.listfile import VideoEntry, read_list, write_list
-from clipflow.hosts.ports import free_port
 from clipflow.made import RECORD
 
 

@@ -185,9 +185,10 @@ def test_a_host_cut_off_mid_epoch_is_dropped_and_the_run_goes_on_on_the_two_othe
     decision; the per-sample log shows every training sample of both epochs trained exactly once."""
     import time
 
+    from helpers import free_port
+
     from clipflow.data.listfile import write_list
     from clipflow.data.splits import write_splits
-    from clipflow.hosts.ports import free_port
 
     work = Path(keyed["work"]) / "cut"
     work.mkdir()
@@ -265,7 +266,7 @@ def test_each_restart_checks_every_host_of_the_first_plan_so_a_host_that_came_ba
 ):
     """The host check a restart makes (run_with_restarts passes it the first plan every time): with host 3's
     link down it answers hosts 1 and 2 and names host 3; with the link up again host 3 is back in the next."""
-    from clipflow.hosts.ports import free_port
+    from helpers import free_port
 
     plan_file = Path(keyed["work"]) / "plan-back.json"
     made = on_launching_side(ssh_hosts, "cluster", "plan", "--launcher", "ssh", "--hosts-file", keyed["hosts_file"],

@@ -8,9 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import copy_workflow, python_env
-
-from clipflow.hosts.ports import free_port
+from helpers import copy_workflow, free_port, python_env
 
 pytestmark = pytest.mark.workflow
 

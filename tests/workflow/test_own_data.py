@@ -6,7 +6,6 @@ tree has, refused before training. The runs go side by side (one Snakemake each,
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +22,7 @@ from dataset_helpers import (
     make_ucf101,
 )
 from folder_helpers import make_class_folders
-from helpers import copy_workflow, python_env
+from helpers import copy_workflow, free_port, python_env
 
 pytestmark = pytest.mark.workflow
 
@@ -59,12 +58,6 @@ RUNS = {
     "kinetics600": (lambda t: {"source": "kinetics", "kinetics": t}, make_kinetics600, sorted(KINETICS600_ROWS),
                     "Kinetics"),
 }  # fmt: skip
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(work: Path, config: dict, target: str = "train_slowfast") -> subprocess.Popen:

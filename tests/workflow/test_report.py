@@ -9,11 +9,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from helpers import copy_workflow
+from helpers import copy_workflow, free_port
 from report_helpers import CHROMIUM, TAB_BLUE, colour_columns, embedded_figures, ink, screenshot
 from workflow_helpers import TINY, snakemake
-
-from clipflow.hosts.ports import free_port
 
 pytestmark = pytest.mark.workflow
 

@@ -12,11 +12,9 @@ from pathlib import Path
 
 import pytest
 from config_helpers import assert_workflow_refused
-from helpers import copy_workflow
+from helpers import copy_workflow, free_port
 from slurm_workflow_helpers import jobs_of_rule, sbatch_calls, snakemake_slurm
 from workflow_helpers import TINY
-
-from clipflow.hosts.ports import free_port
 
 pytestmark = [pytest.mark.workflow, pytest.mark.hosts, pytest.mark.slurm]
 

@@ -16,10 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import copy_workflow
+from helpers import copy_workflow, free_port
 from workflow_helpers import TINY, snakemake
 
-from clipflow.hosts.ports import free_port
 from clipflow.made import RECORD
 
 pytestmark = pytest.mark.workflow

@@ -15,10 +15,3 @@ def port_free(port: int, address: str = "0.0.0.0") -> bool:
         except OSError:
             return False
     return True
-
-
-def free_port(address: str = "127.0.0.1") -> int:
-    """A port the OS considers free right now (for tests and for `root_port: 0`)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((address, 0))
-        return sock.getsockname()[1]
