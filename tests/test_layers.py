@@ -24,7 +24,7 @@ import pytest
 
 LAYERS = [
     {"__init__", "errors", "files", "textfile", "values", "checksums", "environment", "made", "host_log",
-     "schemas", "workflow_settings", "jsonl", "yaml12", "safe_load"},
+     "schemas", "workflow_settings", "jsonl", "yaml12", "safe_load", "saving"},
     {"ps"},
     {"data"},
     {"models"},

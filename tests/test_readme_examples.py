@@ -140,8 +140,18 @@ def test_every_docs_page_has_examples_this_test_runs():
         assert bash_blocks(text) or inline_commands(text) or command_names(text), page
 
 
+def command_lines(block: str) -> list[str]:
+    """A block's lines, a command continued with a backslash joined into one."""
+    return [" ".join(line.split()) for line in block.replace("\\\n", " ").splitlines()]
+
+
 @pytest.mark.parametrize("page, block", on_pages(bash_blocks))
-def test_a_bash_block_runs_as_written(workflow, page, block):
+def test_a_bash_block_runs_as_written(workflow, page, block, capsys):
+    commands = [line for line in command_lines(block) if line.startswith("clipflow ")]
+    if any(map(has_placeholder, commands)):  # a file this machine cannot have (a model zoo's): each command parses
+        for line in commands:
+            build_parser().parse_args(line.split()[1:])
+        return
     script = "\n".join(dry(line) for line in block.splitlines())
     done = run(script, workflow)
     assert done.returncode == 0, f"{script}\n{done.stdout}{done.stderr}"

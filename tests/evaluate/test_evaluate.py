@@ -149,6 +149,39 @@ def test_one_process_form_and_a_ps_plan_give_the_same_numbers(tmp_path, video_ru
     assert a["loss"] == pytest.approx(b["loss"], abs=1e-6)
 
 
+def test_weights_scored_with_a_recipes_protocol_give_the_numbers_of_the_model_file(tmp_path, video_run):
+    """`evaluate --weights FILE --recipe R` (what published weights are scored with): an imported file (state dict,
+    model section, provenance; no recipe) gives the numbers of the model file it holds the weights of."""
+    work, model, root = video_run
+    val = work / "index/val.lst"
+    held = torch.load(model, weights_only=True)
+    imported = tmp_path / "imported.pt"
+    torch.save({"model": held["model"], "model_settings": {"name": "slowfast", **{k: v for k, v in
+                held["recipe"]["model"].items() if k != "name"}}, "provenance": {"source": "pyslowfast",
+                "file": "x.pyth"}}, imported)  # fmt: skip
+    runs = {}
+    for name, flags in (("model", ("--model", str(model))),
+                        ("weights", ("--weights", str(imported), "--recipe", "slowfast_tiny_synthetic",
+                                     "--overrides", json.dumps(SMALL_VIDEO)))):  # fmt: skip
+        done = clipflow_evaluate(*flags, "--list", str(val), "--root", str(root), "--out", str(tmp_path / name))
+        assert done.returncode == 0, done.stderr
+        runs[name] = json.loads((tmp_path / name).read_text())
+    for key in ("top1", "top5", "clip", "video", "per_class", "confusion", "protocol", "num_views"):
+        assert runs["model"][key] == runs["weights"][key], key
+    refused = [
+        (("--weights", str(imported)), f"--weights {imported} needs --recipe: the recipe whose test protocol"),
+        (("--weights", str(imported), "--model", str(model), "--recipe", "slowfast_tiny_synthetic"),
+         "give --model (a model file of a run) or --weights (with --recipe), not both"),
+        (("--model", str(model), "--recipe", "slowfast_tiny_synthetic"),
+         "--recipe and --overrides go with --weights (a model file carries its own recipe)"),
+        (("--weights", str(imported), "--recipe", "slowfast_tiny_synthetic", "--overrides", '{"model": {"width": 8}}'),
+         f"--weights {imported} was made with model.width 16, the recipe has 8; set model.width: 16"),
+    ]  # fmt: skip
+    for flags, message in refused:
+        done = clipflow_evaluate(*flags, "--list", str(val), "--root", str(root), "--out", str(tmp_path / "x.json"))
+        assert done.returncode == 2 and message in done.stderr, (message, done.stderr)
+
+
 def test_an_image_recipe_is_one_view_of_the_whole_image(tmp_path, cifar):
     model = save_untrained(tmp_path / "model.pt", "resnet18_cifar10", {})
     runs = {}

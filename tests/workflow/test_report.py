@@ -4,6 +4,7 @@ figure from the two runs, and the page as headless Chromium shows it."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import zipfile
 from pathlib import Path
@@ -49,6 +50,16 @@ def test_snakemake_report_holds_the_page_with_every_table_and_figure(two_runs):
     assert f"video top-1 <b>{100 * metrics['top1']:.2f}%</b>" in page
     assert "The recipe carries no reference result." not in page  # the tiny recipe has one, with top-1 null
     assert "<td>one</td><td>1</td>" in page and "<td>two</td><td>2</td>" in page  # both runs in the scaling table
+    # the reproduction audit: the tiny recipe's reference.setup beside the run (2 workers x 4 clips, 2 epochs)
+    assert ">Reproduction audit<" in page and ">Data set fingerprint<" in page
+    assert "<td>global batch (workers x batch_size x accumulate)</td><td>2 x 4 x 1 = 8</td><td>16</td>" in page
+    assert "<td>epochs</td><td>2</td><td>30</td><td>\u2717 differs</td>" in page
+    assert "<td>schedule (lr_mode)</td><td>cosine</td><td>cosine</td><td>\u2713 same</td>" in page
+    assert "<td>test views (clips x crops)</td><td>10 x 3</td><td>10 x 3</td><td>\u2713 same</td>" in page
+    assert "<td>train videos</td><td>24</td><td>400</td><td>\u2717 differs</td>" in page  # TINY's 24 videos
+    index = two_runs / "results/data/tiny/index"
+    for split in ("train", "val"):
+        assert hashlib.sha256((index / f"{split}.lst").read_bytes()).hexdigest() in page, split
     figures = embedded_figures(page)
     assert sorted(figures) == ["confusion.png", "curves.png", "scaling.png", "throughput.png"]
     for name, image in figures.items():

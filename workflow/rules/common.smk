@@ -108,6 +108,8 @@ STORAGE_SETTING = CLUSTER["storage"] if STAGES_VIDEOS else "shared"
 STAGED = f"{RESULTS}/cluster/staged.json"
 HOST_DIR = os.path.join(CLUSTER["job_dir"], RUN)  # the run's folder on each host with its own disk
 OVERRIDES = json.dumps(config["overrides"], sort_keys=True)
+# train.init_from (fine-tuning): the weights file is an input of train, so a new file reruns it
+INIT_FROM = [RECIPE["train"]["init_from"]] if RECIPE["train"].get("init_from") else []
 # what the cluster check's step prediction reads of them (model, clips, batch): nothing else reruns it
 SHAPE_OVERRIDES = json.dumps(shape_overrides(config["overrides"]), sort_keys=True)
 

@@ -39,6 +39,9 @@ rule report:
         checks=[ancient(path) for path in cluster_ready() if path.endswith("checks.json")],
         staged=[ancient(path) for path in cluster_ready() if path == STAGED],
         collected=rules.collect.output.manifest,
+        recipe=RECIPE_FILE,  # with the lists: the reproduction audit (clipflow.report.audit)
+        train_list=f"{INDEX}/train.lst",
+        val_list=f"{INDEX}/val.lst",
     output:
         html=report(f"{RESULTS}/report/report.html", caption="../report/report.rst", category="Report"),
         curves=report(f"{RESULTS}/report/curves.png", caption="../report/curves.rst", category="Training"),
@@ -49,6 +52,7 @@ rule report:
         checks=lambda wildcards, input: f"--checks {shlex.quote(input.checks[0])}" if input.checks else "",
         staged=lambda wildcards, input: f"--staged {shlex.quote(input.staged[0])}" if input.staged else "",
         run=RUN,
+        overrides=OVERRIDES,
     log:
         f"{LOGS}/report.log",
     conda:
@@ -57,5 +61,7 @@ rule report:
         "python -m clipflow report --metrics {input.metrics:q} --history {input.history:q}"
         " --manifest {input.manifest:q} --plan {input.plan:q} {params.checks} {params.staged}"
         " --collected {input.collected:q}"
+        " --recipe {input.recipe:q} --overrides {params.overrides:q}"
+        " --train-list {input.train_list:q} --val-list {input.val_list:q}"
         " --results results --run {params.run:q}"
         " --out-dir {params.out:q} > {log:q} 2>&1"

@@ -32,6 +32,7 @@ rule train:
         train_list=f"{INDEX}/train.lst",
         val=f"{INDEX}/val.lst",
         recipe=RECIPE_FILE,
+        init_from=INIT_FROM,
     output:
         model=f"{RESULTS}/train/model_final.pt",
         history=f"{RESULTS}/train/metrics.jsonl",

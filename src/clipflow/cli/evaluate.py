@@ -15,14 +15,33 @@ def _need(a: argparse.Namespace) -> None:
         raise ClipflowError(f"clipflow evaluate needs {', '.join(missing)}")
 
 
+def _weights(a: argparse.Namespace) -> dict | None:
+    """--weights FILE --recipe R: the recipe (with --overrides) whose test protocol scores FILE, as --model."""
+    from clipflow.cli.args import json_object
+    from clipflow.recipe import load_recipe
+
+    if not a.weights:
+        if a.recipe or a.overrides:
+            raise ClipflowError("--recipe and --overrides go with --weights (a model file carries its own recipe)")
+        return None
+    if a.model:
+        raise ClipflowError("give --model (a model file of a run) or --weights (with --recipe), not both")
+    if not a.recipe:
+        raise ClipflowError(f"--weights {a.weights} needs --recipe: the recipe whose test protocol scores it")
+    a.model = a.weights
+    return load_recipe(a.recipe, json_object(a.overrides or "{}"))
+
+
 def cmd_evaluate(a: argparse.Namespace) -> int:
     """One process, no plan: the same scoring as `evaluate launch` with one worker."""
     from clipflow.evaluate.evaluate import evaluate
     from clipflow.evaluate.metrics import summary_line
     from clipflow.train.device import worker_device
 
+    recipe = _weights(a)
     _need(a)
-    print(summary_line(evaluate(a.model, a.list, a.root, a.out, a.batch_size, device=worker_device())))
+    print(summary_line(evaluate(a.model, a.list, a.root, a.out, a.batch_size, device=worker_device(),
+                                recipe=recipe)))  # fmt: skip
     return 0
 
 
@@ -66,6 +85,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(whatever back end trained the model). `evaluate worker` is what the launcher starts.",
     )
     _inputs(evaluate, required=False)
+    evaluate.add_argument("--weights", help="instead of --model: a weights file (`clipflow models import` made, or "
+                          "any clipflow model file), scored with --recipe's test protocol")  # fmt: skip
+    evaluate.add_argument("--recipe", help="with --weights: the recipe (name or file) whose test protocol to use")
+    evaluate.add_argument("--overrides", help="with --weights: JSON merged into the recipe")
     evaluate.set_defaults(func=cmd_evaluate)
     forms = evaluate.add_subparsers(dest="action", required=False, metavar="{launch,worker}")
     p = forms.add_parser("launch", help="evaluate on every worker of a plan (torch.distributed), rank 0 writes --out")

@@ -47,6 +47,7 @@ def job_from_args(a: argparse.Namespace):
     recipe and its overrides, the back end's settings, the paths and the seed."""
     from clipflow.hosts.plan import Plan
     from clipflow.recipe import fit_to_index, load_recipe
+    from clipflow.train.init_from import check_init_from
     from clipflow.train.job import TrainJob
 
     if a.job:
@@ -66,6 +67,7 @@ def job_from_args(a: argparse.Namespace):
     policy = {name: setting(a, name, train[name]) for name in POLICY}
     recipe = load_recipe(a.recipe, json_object(a.overrides or "{}"))
     recipe = fit_to_index(recipe, a.train_list, f"recipe {a.recipe}")
+    check_init_from(recipe)  # read again by rank 0 when the run has no checkpoint
     plan = Plan.read(a.plan, launching=True)
     return TrainJob.create(plan, recipe, setting(a, "backend", train["backend"]), ps, paths,
                            setting(a, "seed", train["seed"]), "train launch", policy)  # fmt: skip

@@ -38,10 +38,13 @@ class OneProcess:
         pass
 
 
-def load_model(path: str | Path) -> tuple[torch.nn.Module, dict]:
+def load_model(path: str | Path, recipe: dict | None = None) -> tuple[torch.nn.Module, dict]:
     """The model ``path`` holds (weights only: clipflow.safe_load) and its recipe (whose ``model.classes`` names the
     classes, when the data had a class index); ClipflowError naming the file when it is missing, damaged (its
-    ``.sha256`` records other bytes), wants more than weights, or does not load."""
+    ``.sha256`` records other bytes), wants more than weights, or does not load. With ``recipe`` (``--weights``):
+    ``path`` is any weights file (clipflow.models.weights, imported ones too) and ``recipe`` its test protocol."""
+    if recipe is not None:
+        return weights_model(path, recipe)
     path = Path(path)
     try:
         damaged = damage(path)
@@ -60,6 +63,25 @@ def load_model(path: str | Path) -> tuple[torch.nn.Module, dict]:
     except Exception as exc:
         raise ClipflowError(f"model file {path} cannot be loaded ({str(exc).splitlines()[0]}); {WHICH}") from None
     return model.eval(), recipe
+
+
+def weights_model(path: str | Path, recipe: dict) -> tuple[torch.nn.Module, dict]:
+    """The network of ``recipe`` with the weights of ``path`` (the weights' classes, names and count), checked to
+    fit (clipflow.models.weights.check_fits); the recipe, its model section as the weights have it."""
+    from clipflow.models.weights import check_fits, read_weights
+
+    weights = read_weights(path, "--weights")
+    check_fits(weights, recipe["model"], "--weights")
+    kept = {k: v for k, v in recipe["model"].items() if k not in ("num_classes", "classes")}
+    section = {**kept, **{k: weights.model[k] for k in ("num_classes", "classes") if k in weights.model}}
+    model = build_model(section)
+    try:
+        model.load_state_dict(weights.state)
+    except RuntimeError as exc:
+        lines = str(exc).splitlines()
+        raise ClipflowError(f"--weights {path} does not load into {section['name']}: "
+                            f"{(lines[1:] or lines)[0].strip()}") from None  # fmt: skip
+    return model.eval(), {**recipe, "model": section}
 
 
 def check_batch_size(batch_size: int | None) -> None:
@@ -95,11 +117,11 @@ def check_out(out: str | Path) -> Path:
 
 
 def check_inputs(model_path: str | Path, list_path: str | Path, root: str | Path, batch_size: int | None,
-                 out: str | Path) -> None:  # fmt: skip
+                 out: str | Path, recipe: dict | None = None) -> None:  # fmt: skip
     """Every check a worker would make before scoring, made once (by the launcher)."""
     check_out(out)
     check_batch_size(batch_size)
-    _, recipe = load_model(model_path)
+    _, recipe = load_model(model_path, recipe)
     open_list(recipe, list_path, root)
 
 
@@ -111,16 +133,18 @@ def evaluate(
     batch_size: int | None = None,
     comm=None,
     device: torch.device | None = None,
+    recipe: dict | None = None,
 ) -> dict | None:
     """Scores this worker's share and gathers every worker's; rank 0 writes ``out`` and returns the metrics,
     the other ranks return None. ``batch_size``: views a forward pass (whole videos, at least one;
-    default the recipe's eval_batch_size). ``comm``: the collectives (DDPComm), None for one process."""
+    default the recipe's eval_batch_size). ``comm``: the collectives (DDPComm), None for one process.
+    ``recipe``: ``model_path`` is a weights file scored with this recipe's test protocol (``--weights``)."""
     comm = comm or OneProcess()
     if comm.rank == 0:  # the one that writes it
         check_out(out)
     check_batch_size(batch_size)
     device = device or torch.device("cpu")
-    model, recipe = load_model(model_path)
+    model, recipe = load_model(model_path, recipe)
     model.to(device)
     dataset, labels, paths = open_list(recipe, list_path, root, comm.rank, comm.num_workers)
     n, classes = len(dataset), recipe["model"]["num_classes"]

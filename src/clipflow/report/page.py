@@ -2,7 +2,8 @@
 so the one file shows everything wherever it is opened, Snakemake's report included.
 
 Sections: the result against the references, the evaluation (clip and video level, per class,
-confusion), training curves, throughput (per worker, data against compute), scaling (when
+confusion), the reproduction audit (with the recipe: its settings beside the published setup, validation
+beside test, the lists' fingerprint), training curves, throughput (per worker, data against compute), scaling (when
 finished runs of the same recipe with other worker counts sit beside this one under
 ``results/``), the cluster plan and host checks, the restarts (a timeline of the launcher's attempts), the
 files collected from the hosts with their checksums, and the dataset manifest.
@@ -18,7 +19,9 @@ from pathlib import Path
 
 from clipflow.errors import ClipflowError
 from clipflow.files import check_output_dir, write_text_atomic
+from clipflow.recipe import load_recipe
 from clipflow.report import figures
+from clipflow.report.audit import RunFacts, audit, list_print
 from clipflow.report.compare import comparisons
 from clipflow.report.history import read_history
 from clipflow.report.scaling import scaling_points
@@ -52,6 +55,10 @@ class ReportInputs:
     collected: Path | None = None  # collect's manifest.json: the files brought home, checksums verified
     staged: Path | None = None  # cluster/staged.json: the storage and the videos staged per host
     restarts: Path | None = None  # the launcher's restarts.jsonl (else the copy the collection manifest lists)
+    recipe: Path | None = None  # the run's recipe file: with it the reproduction audit (clipflow.report.audit)
+    overrides: dict | None = None  # the run's recipe overrides, merged into the recipe as training did
+    train_list: Path | None = None  # the run's index lists (train.lst, val.lst): the audit's data set fingerprint
+    val_list: Path | None = None
 
 
 EXPECTED = {  # what each JSON input of the page is, for the message when it is not that
@@ -140,6 +147,32 @@ def _evaluation(metrics: dict, out: Path) -> str:
         parts.append(_figure(figures.plot_confusion(matrix, names, out / "confusion.png"), "confusion matrix"))
         if len(matrix) <= MAX_CONFUSION_CELLS:
             parts.append(confusion_table(matrix, names))
+    return "".join(parts)
+
+
+def _reproduction(inputs: ReportInputs, metrics: dict, history: list[dict], plan: dict) -> str:
+    """The reproduction audit (clipflow.report.audit) as tables: the recipe beside its published setup, validation
+    beside test, and the data set's fingerprint; nothing without the recipe."""
+    if inputs.recipe is None:
+        return ""
+    recipe = load_recipe(str(inputs.recipe), inputs.overrides)
+    lists = [list_print(split, path) for split, path in (("train", inputs.train_list), ("val", inputs.val_list))
+             if path is not None]  # fmt: skip
+    found = audit(recipe, RunFacts.of(plan, history), metrics, lists)
+    source = found.source or "the recipe's reference names no setup (reference.setup)"
+    differing = ", ".join(found.differing) or "none"
+    parts = ["<h2>Reproduction audit</h2>",
+             table(["setting", "this run", "published", "verdict"],
+                   [[r.setting, r.this_run, r.published or "not published", r.verdict] for r in found.rows],
+                   css="audit"),
+             f'<p class="caption">Published setup: {html.escape(source)}. Differs from it: {html.escape(differing)}.'
+             "</p>",
+             "<h3>Validation and test</h3>",
+             table(["protocol", "videos", "top-1 (%)"], [list(a) for a in found.accuracy])]  # fmt: skip
+    if found.lists:
+        parts += ["<h3>Data set fingerprint</h3>",
+                  table(["list", "file", "videos", "sha256"],
+                        [[p.split, p.path, p.videos, p.sha256] for p in found.lists])]  # fmt: skip
     return "".join(parts)
 
 
@@ -388,6 +421,7 @@ def write_report(inputs: ReportInputs, out_dir: str | Path, run: str = "") -> Pa
         f"<h1>{html.escape(title)}</h1>",
         _summary(metrics, manifest),
         _evaluation(metrics, out),
+        _reproduction(inputs, metrics, history, plan),
         _training(history, out),
         _throughput(history, out),
         _scaling(inputs.results, metrics["recipe"], history[-1].get("batch_size"), out),

@@ -12,8 +12,8 @@ Both give the same four operations, each called by every worker at the same poin
   the global batch's mean).
 
 ``name`` says what the tensors are (``meta``, ``buffers``, ``optimizer``, ``metrics``, ``val``, ``partial``,
-``carried``, ``layout``, ``plan``): the parameter server keeps each kind under its own key range;
-torch.distributed ignores it.
+``carried``, ``layout``, ``plan``, ``precise_bn_mean``, ``precise_bn_var``): the parameter server keeps each
+kind under its own key range; torch.distributed ignores it.
 Tensors may be on any device: each back end works on copies where it needs them (the
 parameter server on the CPU; gloo on the CPU, NCCL on the worker's GPU).
 """
@@ -45,7 +45,7 @@ class PSComm:
     # one key per use: a key keeps the size its first push gave it
     KEYS = {"buffers": 100_000, "optimizer": 200_000, "meta": 300_000, "metrics": 300_001, "val": 300_002,
             "partial": 300_003, "carried": 300_004, "notice": 300_005, "layout": 300_006,
-            "plan": 300_007}  # fmt: skip
+            "plan": 300_007, "precise_bn_mean": 300_008, "precise_bn_var": 300_009}  # fmt: skip
 
     def __init__(self, kv: Any, settings: PSSettings):
         self.kv, self.settings = kv, settings

@@ -207,6 +207,14 @@ class SlotBuffers:
                 b.copy_(mine)
         self.current = slot
 
+    def reset(self) -> None:
+        """Every slot takes the model's statistics (after precise BN, clipflow.train.precise_bn: as a resumed run's
+        slots all start from rank 0's)."""
+        with self._no_grad():
+            for keep in self.kept:
+                for b, mine in zip(self.buffers, keep, strict=True):
+                    mine.copy_(b)
+
 
 class LaneSampler:
     """A worker's dataset indices for the steps of an epoch plan: per step, each of its k lanes' next micro-batch

@@ -40,7 +40,9 @@ from clipflow.models.cards import is_image_model
 from clipflow.train.checkpoint import BEST, BEST_FACTS, HISTORY, RUN_FACTS, CheckpointStore, atomic_save
 from clipflow.train.comm import DDPComm, PSComm
 from clipflow.train.faults import FaultInjector
+from clipflow.train.init_from import start_from
 from clipflow.train.job import TrainJob
+from clipflow.train.precise_bn import PreciseBN, batch_order, recompute
 from clipflow.train.progress import TensorBoardScalars, epoch_bar, progress_interval
 from clipflow.train.resume_check import check_resume, job_facts, listed_iterations
 from clipflow.train.schedule import Schedule, scaled_lr
@@ -142,6 +144,7 @@ class Trainer:
         marker = self.store.folder / BEST_FACTS  # a resumed run goes on from the best it saved so far
         self.best_top1 = json.loads(marker.read_text())["val_top1"] if self.store.is_runs(BEST_FACTS) else -1.0
         self.carried = Totals()  # resumed inside an epoch: this worker's totals of it so far
+        self.started_from: dict | None = None  # rank 0: what train.init_from loaded (clipflow.train.init_from)
 
     # -- the layout: slots, dataset, schedule ----------------------------------------------------
 
@@ -175,7 +178,8 @@ class Trainer:
         if self.rank == 0:
             facts = {"recipe": self.recipe["name"], "epochs": self.epochs, "iters_per_epoch": self.iters_per_epoch,
                      "workers": self.num_workers, "global_batch": layout.global_batch, "accumulate": k,
-                     "backend": self.comm.backend}  # fmt: skip
+                     "backend": self.comm.backend, "init_from": self.started_from,
+                     "precise_bn_batches": t["precise_bn_batches"]}  # fmt: skip
             self.store.put_text(RUN_FACTS, json.dumps(facts) + "\n")  # `clipflow status` reads it
             shape = f"{layout.workers} workers x {b}" if k == 1 else layout.describe()
             self.log(
@@ -311,6 +315,9 @@ class Trainer:
                     carried = self._carried_totals(state["partial"], old.workers)
                 inside = f", iteration {iteration}" if iteration else ""
                 self.log(f"resumed from checkpoint {path} (epoch {state['epoch']}{inside}, step {state['step']})")
+                self.started_from = state.get("init_from")
+            elif self.recipe["train"]["init_from"]:
+                self.started_from = start_from(self.model, self.recipe, self.log)
             else:
                 self.log(f"no checkpoint in {self.store.folder}: starting from scratch")
         self.comm.broadcast("meta", [done])
@@ -405,6 +412,28 @@ class Trainer:
         loss, top1, top5, count = (float(v) for v in local)
         return {"val_loss": loss / count, "val_top1": top1 / count, "val_top5": top5 / count, "val_videos": int(count)}
 
+    def _precise_bn(self, epoch: int) -> PreciseBN:
+        """Collective: BatchNorm's running statistics recomputed over up to train.precise_bn_batches batches of this
+        worker's trained clips (an order of the run's seed, rank and epoch) and every other worker's
+        (clipflow.train.precise_bn); every slot then keeps those (a resumed run's slots start from them too)."""
+        t, b = self.recipe["train"], self.batch_size
+        count = self.layout.accumulate * self.part_length  # the clips this worker trains
+        order = batch_order(count, b, t["precise_bn_batches"], (self.seed, self.rank, epoch))
+        self.dataset.set_epoch(epoch)  # the epoch's draws, as its training had
+        loader = make_loader(self.dataset, b, order, t["loader_workers"], t["loader_prefetch"], device=self.device,
+                             persistent=False)  # fmt: skip
+
+        def forward(*inputs: torch.Tensor) -> torch.Tensor:
+            inputs = tuple(self.dataset.normalize(x.to(self.device, non_blocking=True)) for x in inputs)
+            return self.step_options.logits(self.model, *inputs)
+
+        done = recompute(self.model, (batch[:-1] for batch in loader), forward, self.comm.all_sum,
+                         t["precise_bn_batches"])  # fmt: skip
+        self.slot_buffers.reset()
+        if self.rank == 0:
+            self.log(f"epoch {epoch}/{self.epochs} {done.describe(self.num_workers)}")
+        return done
+
     def _save_best(self, epoch: int, val: dict) -> None:
         self.best_top1 = val["val_top1"]
         best = {"model": self.model.state_dict(), "recipe": self.recipe, "epoch": epoch, **val}
@@ -435,6 +464,7 @@ class Trainer:
             "recipe": self.recipe,
             "facts": self.facts,  # the settings it was made with: a resume compares them (resume_check)
             "layout": self.layout.record(),
+            "init_from": self.started_from,  # what the run started from: run.json keeps it after a resume
         }
         if iteration:
             state["slots"] = slots
@@ -584,7 +614,10 @@ class Trainer:
         elapsed = time.perf_counter() - began
         speed = (totals.count - start.count, elapsed, data_time, step_time)  # this run's clips, not the carried ones
         loss_avg, acc, workers = self._global_metrics(totals, speed)
-        val = self._validate() if self.eval_every and (epoch % self.eval_every == 0 or epoch == self.epochs) else {}
+        validating = self.eval_every and (epoch % self.eval_every == 0 or epoch == self.epochs)
+        precise = self._precise_bn(epoch) if self.recipe["train"]["precise_bn_batches"] and (
+            validating or epoch == self.epochs) else None  # fmt: skip
+        val = self._validate() if validating else {}
         if self.rank == 0:
             record = {
                 "epoch": epoch,
@@ -598,6 +631,7 @@ class Trainer:
                 "step_time": step_time,
                 "epoch_time": elapsed,
                 "workers": workers,  # each worker's clips/s and its data and compute seconds
+                **({"precise_bn_batches": precise.batches} if precise else {}),  # per worker, before validation
                 **val,
             }
             self.log(
