@@ -21,11 +21,13 @@ import torch
 from helpers import REPO, clipflow
 from reference_envs import ReferenceUnavailable, reference_python
 
+from clipflow.checksums import sha256_of
 from clipflow.errors import ClipflowError
 from clipflow.models.builder import build_model
 from clipflow.models.imports import gluoncv
 from clipflow.models.imports.convert import convert
 from clipflow.models.imports.mxnet_params import read_params
+from clipflow.models.weights import read_weights
 
 HERE = Path(__file__).parent
 REQUIREMENTS = HERE / "gluoncv-requirements.txt"
@@ -78,11 +80,24 @@ def reference(gluoncv_python, tmp_path_factory):
 def clipflow_logits(model: str, params: Path, clip: np.ndarray) -> np.ndarray:
     """clipflow's logits of ``clip`` (GluonCV's one tensor: for SlowFast the fast frames, then the slow ones) with
     the weights imported from ``params``."""
-    converted = convert(gluoncv.read(params), gluoncv, model, params)
-    assert converted.num_classes == CLASSES and converted.skipped == {}
+    if model == "i3d_resnet50_v1":  # the smallest file goes the user's way: the command, its file, read_weights
+        out = params.with_name("imported.pt")
+        done = clipflow("models", "import", str(params), "--from", "gluoncv", "--model", model, "--out", str(out))
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith(f"{out}: {model}, {CLASSES} classes, ")
+        weights = read_weights(out)
+        assert weights.model == {"name": model, "num_classes": CLASSES}
+        p = weights.provenance
+        assert (p["source"], p["file"], p["sha256"], p["skipped"]) == ("gluoncv", str(params), sha256_of(params), {})
+        assert set(p["name_map"]) == {k for k in weights.state if not k.endswith("num_batches_tracked")}
+        state = weights.state
+    else:
+        converted = convert(gluoncv.read(params), gluoncv, model, params)
+        assert converted.num_classes == CLASSES and converted.skipped == {}
+        state = converted.state
     with torch.device("meta"):  # no random initialisation to throw away: the imported tensors are assigned
         net = build_model({"name": model, "num_classes": CLASSES})
-    net.load_state_dict(converted.state, strict=True, assign=True)
+    net.load_state_dict(state, strict=True, assign=True)
     frames = torch.from_numpy(clip)
     with torch.no_grad():
         if model in SLOW_FRAMES:
