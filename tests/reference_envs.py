@@ -5,7 +5,7 @@ clipflow with, built once and kept under ``<cache>/clipflow-tests/<name>-<key>``
 reachable), the key a hash of the file and this Python's version, so a later session reuses it. It is built in a
 temporary folder beside its place and moved there only once ``check`` runs in it, so a half-built one is never taken
 for a built one. Where it cannot be built, :class:`ReferenceUnavailable` says why (pip's last lines), and the tests
-that need it skip with that reason. (tests/launch/mxnet_env.py is the same idea for the MXNet launcher's tests.)
+that need it skip with that reason.
 
 A torch project's reference (PySlowFast, PyTorchVideo) is built with ``see_torch``: its file lists every package it
 needs but torch and its kin (installed with ``--no-deps``), and a ``.pth`` file appends this interpreter's

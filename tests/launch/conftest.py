@@ -6,14 +6,18 @@ from pathlib import Path
 
 import pytest
 
+REQUIREMENTS = Path(__file__).with_name("mxnet-requirements.txt")
+# the ps-lite jobs need MXNet's distributed kvstore: a wheel built without it is no environment for them
+CHECK = "import mxnet; assert mxnet.runtime.Features().is_enabled('DIST_KVSTORE'), 'MXNet without DIST_KVSTORE'"
+
 
 @pytest.fixture(scope="session")
 def mx_python() -> Path:
-    """The Python of a virtual environment with MXNet 1.9.1 (tests/launch/mxnet_env.py, built once and cached); skips,
+    """The Python of a virtual environment with MXNet 1.9.1 (tests/reference_envs.py, built once and cached); skips,
     saying why, only where it cannot be built."""
-    from mxnet_env import MxnetUnavailable, mxnet_python
+    from reference_envs import ReferenceUnavailable, reference_python
 
     try:
-        return mxnet_python()
-    except MxnetUnavailable as exc:
+        return reference_python(REQUIREMENTS, CHECK)
+    except ReferenceUnavailable as exc:
         pytest.skip(f"no MXNet environment to run a real ps-lite job: {exc}")

@@ -1,5 +1,5 @@
 """`clipflow launch --mxnet` with a real MXNet 1.9.1 ps-lite job (tests/launch/mxnet_kvstore_job.py, in the virtual
-environment of tests/launch/mxnet_env.py): 3 workers and 2 servers, every worker pulls the exact sum; a server killed
+environment tests/reference_envs.py builds): 3 workers and 2 servers, every worker pulls the exact sum; a server killed
 ends everything naming it; the same script without --mxnet is refused by clipflow's own scheduler naming the
 ps-lite peer and the flag; and --mxnet's bad input. The MXNet tests skip, saying why, only where that environment
 cannot be built (no network to PyPI)."""
