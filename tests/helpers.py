@@ -29,6 +29,21 @@ def clipflow(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     )
 
 
+def clipflow_here(capsys, *args: str) -> subprocess.CompletedProcess:
+    """``clipflow ARGS`` run in this process, through the same ``main`` as ``python -m clipflow``, its output taken
+    from ``capsys``: for a command refused before it starts anything, without an interpreter and torch's import of
+    its own (seconds each, on the suite's two cores)."""
+    from clipflow.cli import main
+
+    capsys.readouterr()
+    try:
+        code = main(list(args))
+    except SystemExit as exc:  # argparse's own refusals
+        code = exc.code if isinstance(exc.code, int) else 1
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(["clipflow", *args], code, out.out, out.err)
+
+
 def python_env() -> dict[str, str]:
     """Environment for subprocesses: this interpreter's venv first on PATH, progress bars off."""
     env = dict(os.environ)

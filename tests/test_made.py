@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from helpers import assert_refused, clipflow, free_port
+from helpers import assert_refused, clipflow, clipflow_here, free_port
 from kinetics_helpers import make_kinetics_tree
 from safety_helpers import listing
 
@@ -115,7 +115,7 @@ def test_splits_refuses_worker_lists_it_did_not_write(videos, tmp_path):
     check_the_three_cases(tmp_path / "made", splits, "worker1.lst")
 
 
-def test_train_and_evaluate_launch_refuse_a_job_file_they_did_not_write(tmp_path):
+def test_train_and_evaluate_launch_refuse_a_job_file_they_did_not_write(tmp_path, capsys):
     """The job file is written before any worker starts; a launch that gets past its check is stopped here by
     a later one (a --model-out folder, a missing model), so no training runs."""
     plan = tmp_path / "plan.json"
@@ -124,15 +124,15 @@ def test_train_and_evaluate_launch_refuse_a_job_file_they_did_not_write(tmp_path
     (tmp_path / "folder").mkdir()
 
     def train(ckpt: Path, model_out: str = "model.pt"):
-        return clipflow("train", "launch", "--plan", str(plan), "--recipe", "slowfast_tiny_synthetic",
-                        "--splits-dir", str(tmp_path / "splits"), "--root", str(tmp_path), "--log-dir",
-                        str(tmp_path / "logs"), "--checkpoint-root", str(ckpt), "--model-out",
-                        str(tmp_path / model_out), "--metrics-out", str(tmp_path / "m.jsonl"))  # fmt: skip
+        return clipflow_here(capsys, "train", "launch", "--plan", str(plan), "--recipe", "slowfast_tiny_synthetic",
+                             "--splits-dir", str(tmp_path / "splits"), "--root", str(tmp_path), "--log-dir",
+                             str(tmp_path / "logs"), "--checkpoint-root", str(ckpt), "--model-out",
+                             str(tmp_path / model_out), "--metrics-out", str(tmp_path / "m.jsonl"))  # fmt: skip
 
     def evaluate(logs: Path):
-        return clipflow("evaluate", "launch", "--plan", str(plan), "--log-dir", str(logs), "--model",
-                        str(tmp_path / "none.pt"), "--list", str(tmp_path / "none.lst"), "--root", str(tmp_path),
-                        "--out", str(tmp_path / "metrics.json"))  # fmt: skip
+        return clipflow_here(capsys, "evaluate", "launch", "--plan", str(plan), "--log-dir", str(logs), "--model",
+                             str(tmp_path / "none.pt"), "--list", str(tmp_path / "none.lst"), "--root", str(tmp_path),
+                             "--out", str(tmp_path / "metrics.json"))  # fmt: skip
 
     for flag, run in (("--checkpoint-root", train), ("--log-dir", evaluate)):
         theirs, own = tmp_path / f"theirs{flag}", tmp_path / f"own{flag}"

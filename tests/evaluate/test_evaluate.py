@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 from disk_helpers import PAGE, files_on, fill, full_message
-from helpers import assert_refused, free_port, python_env
+from helpers import assert_refused, clipflow_here, free_port, python_env
 from launch_helpers import scanned_val
 from safety_helpers import code_running_checkpoint, listing
 
@@ -47,15 +47,19 @@ def make_plan(tmp_path, workers: int, name: str = "plan.json"):
     return plan
 
 
-def clipflow_evaluate(*args: str) -> subprocess.CompletedProcess:
+def clipflow_evaluate(*args: str, here=None) -> subprocess.CompletedProcess:
+    """`clipflow evaluate ARGS` as a process of its own, or with ``here`` (pytest's capsys) in this one: for a
+    refusal, made before anything starts."""
+    if here is not None:
+        return clipflow_here(here, "evaluate", *args)
     return subprocess.run([sys.executable, "-m", "clipflow", "evaluate", *args], env=python_env(),
                           capture_output=True, text=True, timeout=240)  # fmt: skip
 
 
-def launch(tmp_path, plan, model, val, root, out_name: str, *extra: str) -> subprocess.CompletedProcess:
+def launch(tmp_path, plan, model, val, root, out_name: str, *extra: str, here=None) -> subprocess.CompletedProcess:
     return clipflow_evaluate("launch", "--plan", str(plan), "--log-dir", str(tmp_path / f"logs_{out_name}"),
                              "--model", str(model), "--list", str(val), "--root", str(root),
-                             "--out", str(tmp_path / out_name), "--grace", "5", *extra)  # fmt: skip
+                             "--out", str(tmp_path / out_name), "--grace", "5", *extra, here=here)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +153,7 @@ def test_one_process_form_and_a_ps_plan_give_the_same_numbers(tmp_path, video_ru
     assert a["loss"] == pytest.approx(b["loss"], abs=1e-6)
 
 
-def test_weights_scored_with_a_recipes_protocol_give_the_numbers_of_the_model_file(tmp_path, video_run):
+def test_weights_scored_with_a_recipes_protocol_give_the_numbers_of_the_model_file(tmp_path, video_run, capsys):
     """`evaluate --weights FILE --recipe R` (what published weights are scored with): an imported file (state dict,
     model section, provenance; no recipe) gives the numbers of the model file it holds the weights of."""
     work, model, root = video_run
@@ -178,7 +182,8 @@ def test_weights_scored_with_a_recipes_protocol_give_the_numbers_of_the_model_fi
          f"--weights {imported} was made with model.width 16, the recipe has 8; set model.width: 16"),
     ]  # fmt: skip
     for flags, message in refused:
-        done = clipflow_evaluate(*flags, "--list", str(val), "--root", str(root), "--out", str(tmp_path / "x.json"))
+        done = clipflow_evaluate(*flags, "--list", str(val), "--root", str(root), "--out", str(tmp_path / "x.json"),
+                                 here=capsys)  # fmt: skip
         assert done.returncode == 2 and message in done.stderr, (message, done.stderr)
 
 
@@ -222,7 +227,7 @@ def test_a_model_that_would_run_code_or_is_truncated_is_refused_naming_it(tmp_pa
     )
 
 
-def test_bad_input_is_named_before_any_worker_starts(tmp_path, video_run):
+def test_bad_input_is_named_before_any_worker_starts(tmp_path, video_run, capsys):
     work, model, root = video_run
     val = work / "index/val.lst"
     plan = make_plan(tmp_path, 2)
@@ -248,13 +253,13 @@ def test_bad_input_is_named_before_any_worker_starts(tmp_path, video_run):
         (tmp_path / "empty_plan.json", model, val, [], f"cluster plan {tmp_path / 'empty_plan.json'} has no workers"),
     ]  # fmt: skip
     for i, (plan_path, model_path, list_path, extra, message) in enumerate(cases):
-        done = launch(tmp_path, plan_path, model_path, list_path, root, f"bad{i}.json", *extra)
+        done = launch(tmp_path, plan_path, model_path, list_path, root, f"bad{i}.json", *extra, here=capsys)
         assert done.returncode == 2, (message, done.stdout + done.stderr)
         assert f"clipflow: error: {message}" in done.stderr, done.stderr
         assert not (tmp_path / f"logs_bad{i}.json").exists() and not (tmp_path / f"bad{i}.json").exists()
 
 
-def test_an_out_or_log_dir_that_cannot_be_written_is_refused_before_any_scoring(tmp_path, video_run):
+def test_an_out_or_log_dir_that_cannot_be_written_is_refused_before_any_scoring(tmp_path, video_run, capsys):
     """Issue 17: `--out` naming a folder failed with a traceback after the whole evaluation, a .tmp left behind."""
     work, model, root = video_run
     val = work / "index/val.lst"
@@ -271,14 +276,16 @@ def test_an_out_or_log_dir_that_cannot_be_written_is_refused_before_any_scoring(
     before = listing(tmp_path)
     for out, message in cases.items():
         inputs = ["--model", str(model), "--list", str(val), "--root", str(root), "--out", out]
-        alone = clipflow_evaluate(*inputs)
-        launched = clipflow_evaluate("launch", "--plan", str(plan), "--log-dir", str(tmp_path / "logs"), *inputs)
+        alone = clipflow_evaluate(*inputs, here=capsys)
+        launched = clipflow_evaluate("launch", "--plan", str(plan), "--log-dir", str(tmp_path / "logs"), *inputs,
+                                     here=capsys)  # fmt: skip
         for done in (alone, launched):
             assert_refused(done, message)
             assert "test protocol" not in done.stdout  # nothing scored
         assert listing(tmp_path) == before, out  # no log folder, no job, no .tmp
     inputs = ["--model", str(model), "--list", str(val), "--root", str(root), "--out", str(tmp_path / "m.json")]
-    bad_logs = clipflow_evaluate("launch", "--plan", str(plan), "--log-dir", str(tmp_path / "file"), *inputs)
+    bad_logs = clipflow_evaluate("launch", "--plan", str(plan), "--log-dir", str(tmp_path / "file"), *inputs,
+                                 here=capsys)  # fmt: skip
     assert_refused(bad_logs, f"--log-dir {tmp_path / 'file'} is a file, not a folder")
     assert listing(tmp_path) == before
 

@@ -1,7 +1,9 @@
 """Runs GluonCV's model ZOO_NAME with seeded random weights on one clip: the oracle of tests/models/
 test_import_gluoncv.py. It runs in the GluonCV environment (gluoncv-requirements.txt), not clipflow's.
 
-    python gluoncv_reference.py ZOO_NAME NUM_CLASSES SEED INPUT.npy OUT.params LOGITS.npy
+    python gluoncv_reference.py ZOO_NAME NUM_CLASSES SEED INPUT.npy OUT.params LOGITS.npy [ZOO_NAME ...]
+
+(one model for each six arguments, in one process: MXNet and GluonCV imported once)
 
 Every parameter is drawn from numpy's generator seeded with SEED (sorted by name, so the draw does not hang on
 MXNet's order): convolutions and the classifier at He scale, so the activations keep their size through the depth,
@@ -51,4 +53,8 @@ def main(zoo_name: str, num_classes: str, seed: str, clip: str, params_out: str,
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    args = sys.argv[1:]
+    if not args or len(args) % 6:
+        raise SystemExit(__doc__)
+    for at in range(0, len(args), 6):
+        main(*args[at : at + 6])

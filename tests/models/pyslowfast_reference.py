@@ -151,30 +151,38 @@ class _Optimizer:
         return {"state": {}, "param_groups": [{**group, "params": list(range(self.parameters))}]}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("model", choices=sorted(CONFIGS))
-    parser.add_argument("slow", type=Path)
-    parser.add_argument("fast", type=Path)
-    parser.add_argument("out", type=Path)
-    parser.add_argument("--caffe2", action="store_true")
-    args = parser.parse_args()
+def write(model_name: str, slow_path: Path, fast_path: Path, out: Path, form: str) -> None:
+    """One model of PySlowFast's, random and seeded: its checkpoint in ``out`` (``model.pyth`` as save_checkpoint
+    writes it, or ``model.pkl`` with Caffe2's names), its logits and its softmax output on the clip."""
     torch.manual_seed(0)
-    slow, fast = (torch.from_numpy(np.load(p)) for p in (args.slow, args.fast))
-    cfg = config(args.model, frames=fast.shape[2], size=fast.shape[3])
+    slow, fast = (torch.from_numpy(np.load(p)) for p in (slow_path, fast_path))
+    cfg = config(model_name, frames=fast.shape[2], size=fast.shape[3])
     model = SlowFastModel(cfg)
     randomise(model, lambda: model([slow, fast]), model.head.projection)
     logits = []
     model.head.projection.register_forward_hook(lambda module, inputs, output: logits.append(output))
     with torch.no_grad():
         probs = model([slow, fast])
-    np.save(args.out / "logits.npy", logits[0].reshape(logits[0].shape[0], -1).numpy())
-    np.save(args.out / "probs.npy", probs.numpy())
+    np.save(out / "logits.npy", logits[0].reshape(logits[0].shape[0], -1).numpy())
+    np.save(out / "probs.npy", probs.numpy())
+    if form == "pkl":
+        write_caffe2(model, CONFIGS[model_name]["DEPTH"], out / "model.pkl")
+        return
     optimizer = _Optimizer(sum(1 for _ in model.parameters()))
-    written = checkpoint.save_checkpoint(str(args.out), model, optimizer, 0, cfg)
-    Path(written).rename(args.out / "model.pyth")
-    if args.caffe2:
-        write_caffe2(model, CONFIGS[args.model]["DEPTH"], args.out / "model.pkl")
+    written = checkpoint.save_checkpoint(str(out), model, optimizer, 0, cfg)
+    Path(written).rename(out / "model.pyth")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="writes PySlowFast models, one --model each, in one process")
+    parser.add_argument("fast", type=Path)
+    parser.add_argument("--model", nargs=4, action="append", required=True, metavar=("NAME", "SLOW", "OUT", "FORM"),
+                        help="a model name of CONFIGS, its slow frames (.npy), its folder, pyth or pkl")  # fmt: skip
+    args = parser.parse_args()
+    for name, slow, out, form in args.model:
+        if name not in CONFIGS or form not in ("pyth", "pkl"):
+            raise SystemExit(f"unknown model {name} or form {form}")
+        write(name, Path(slow), args.fast, Path(out), form)
 
 
 if __name__ == "__main__":

@@ -84,36 +84,26 @@ def pyslowfast_python() -> Path:
     return _reference("pyslowfast_requirements.txt", "import slowfast.utils.checkpoint, fvcore")
 
 
+# What PySlowFast writes, in one process (its imports paid once): each model's checkpoint in the form it is
+# published in (the Kinetics R50s' later .pyth; the R101, c2/SLOWFAST_8x8_R101_101_101, as a Caffe2 .pkl).
+FORMS = {"slowfast_4x16_resnet50": "pyth", "slowfast_8x8_resnet50": "pyth", "slowfast_8x8_resnet101": "pkl"}
+
+
 @pytest.fixture(scope="module")
-def pyslowfast_runs(pyslowfast_python, clips, tmp_path_factory):
-    """Model name -> the folder where PySlowFast wrote its checkpoint(s) and outputs, made once per model."""
-    made: dict[str, Path] = {}
-
-    def run(model: str) -> Path:
-        if model not in made:
-            out = tmp_path_factory.mktemp(model)
-            caffe2 = ["--caffe2"] if model == "slowfast_8x8_resnet101" else []
-            _run(pyslowfast_python, "pyslowfast_reference.py", model, clips / f"slow{ALPHA[model]}.npy",
-                 clips / "fast.npy", out, *caffe2)  # fmt: skip
-            made[model] = out
-        return made[model]
-
-    return run
+def pyslowfast_runs(pyslowfast_python, clips, tmp_path_factory) -> dict[str, Path]:
+    """Model name -> the folder where PySlowFast wrote its checkpoint (model.pyth or model.pkl) and outputs."""
+    made = {model: tmp_path_factory.mktemp(model) for model in FORMS}
+    runs = [arg for model, out in made.items()
+            for arg in ("--model", model, clips / f"slow{ALPHA[model]}.npy", out, FORMS[model])]  # fmt: skip
+    _run(pyslowfast_python, "pyslowfast_reference.py", clips / "fast.npy", *runs)
+    return made
 
 
-@pytest.mark.parametrize(
-    ("model", "file"),
-    [
-        ("slowfast_4x16_resnet50", "model.pyth"),
-        ("slowfast_8x8_resnet50", "model.pyth"),
-        ("slowfast_8x8_resnet101", "model.pyth"),
-        ("slowfast_8x8_resnet101", "model.pkl"),
-    ],
-)
-def test_pyslowfast_checkpoint_gives_pyslowfast_logits(pyslowfast_runs, clips, model, file):
+@pytest.mark.parametrize("model", list(FORMS))
+def test_pyslowfast_checkpoint_gives_pyslowfast_logits(pyslowfast_runs, clips, model):
     """Compared before the softmax PySlowFast's head applies in eval mode (a hook on head.projection): the logits
     show a difference the softmax would squash; the softmax of ours is then PySlowFast's output as well."""
-    out = pyslowfast_runs(model)
+    out, file = pyslowfast_runs[model], f"model.{FORMS[model]}"
     started = time.process_time()
     tensors = pyslowfast.read(out / file)
     ours = _clipflow_logits(tensors, pyslowfast, model, out / file, clips)
@@ -123,7 +113,7 @@ def test_pyslowfast_checkpoint_gives_pyslowfast_logits(pyslowfast_runs, clips, m
 
 
 def test_caffe2_solver_blobs_are_skipped_not_hidden(pyslowfast_runs):
-    out = pyslowfast_runs("slowfast_8x8_resnet101")
+    out = pyslowfast_runs["slowfast_8x8_resnet101"]
     converted = convert(pyslowfast.read(out / "model.pkl"), pyslowfast, "slowfast_8x8_resnet101", out / "model.pkl")
     assert set(converted.skipped) == {"lr", "model_iter", "conv1_w_momentum", "pred_w_momentum", "pred_b_momentum"}
 
@@ -187,12 +177,12 @@ def test_checkpoint_of_another_depth_is_refused(pyslowfast_runs):
     """A 4x16 R50 checkpoint (fusion kernel 5, as the 8x8 R101's) imported as the R101 preset: the blocks R101 has
     beyond R50's are named as missing; the R101 one as the 4x16 R50 preset: its extra blocks are named; as the 8x8
     R50 preset: its fusion kernel of 5 is refused against the preset's 7, both shapes named."""
-    r50 = pyslowfast_runs("slowfast_4x16_resnet50") / "model.pyth"
+    r50 = pyslowfast_runs["slowfast_4x16_resnet50"] / "model.pyth"
     with pytest.raises(
         ClipflowError, match=r"leaves \d+ tensors of slowfast_8x8_resnet101 unfilled \(slow_stages\.2\.6"
     ):
         convert(pyslowfast.read(r50), pyslowfast, "slowfast_8x8_resnet101", r50)
-    r101 = pyslowfast_runs("slowfast_8x8_resnet101") / "model.pkl"
+    r101 = pyslowfast_runs["slowfast_8x8_resnet101"] / "model.pkl"
     with pytest.raises(ClipflowError, match=r"res4_6_branch2a_w maps to slow_stages\.2\.6\.a\.weight, which "
                                             r"slowfast_4x16_resnet50 does not have"):  # fmt: skip
         convert(pyslowfast.read(r101), pyslowfast, "slowfast_4x16_resnet50", r101)

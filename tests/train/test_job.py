@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import python_env
+from helpers import clipflow_here, python_env
 from job_helpers import tiny_job, tiny_job_dict, write_job_file
 from launch_helpers import launch, two_splits
 
@@ -84,13 +84,13 @@ BAD_JOBS = {
 
 
 @pytest.mark.parametrize("case", BAD_JOBS, ids=list(BAD_JOBS))
-def test_a_bad_job_file_is_named_by_the_launcher_before_any_process_starts(tmp_path, case):
+def test_a_bad_job_file_is_named_by_the_launcher_before_any_process_starts(tmp_path, case, capsys):
     change, message = BAD_JOBS[case]
     job = tiny_job_dict(tmp_path)
     change(job)
     path = write_job_file(tmp_path / "job.json", job)
     logs = tmp_path / "logs"
-    done = clipflow_run("train", "launch", "--job", str(path), "--log-dir", str(logs))
+    done = clipflow_here(capsys, "train", "launch", "--job", str(path), "--log-dir", str(logs))
     assert done.returncode == 2, done.stdout + done.stderr
     assert f"clipflow: error: job file {path}" in done.stderr and message in done.stderr, done.stderr
     assert "`clipflow train launch` writes a good one" in done.stderr
@@ -208,11 +208,14 @@ def test_a_worker_names_a_bad_job_file_and_a_rank_outside_the_plan(tmp_path):
     assert "worker rank 2 is not in the job's plan: its ranks are 0..1" in done.stderr
 
 
-def test_a_job_file_and_the_flags_that_make_one_are_not_mixed(tmp_path):
+def test_a_job_file_and_the_flags_that_make_one_are_not_mixed(tmp_path, capsys):
     path = tiny_job(tmp_path).write()
-    done = clipflow_run("train", "launch", "--job", str(path), "--log-dir", str(tmp_path / "logs"), "--recipe", "x")
+    done = clipflow_here(
+        capsys, "train", "launch", "--job", str(path), "--log-dir", str(tmp_path / "logs"), "--recipe", "x"
+    )
     assert done.returncode == 2 and "--job names the whole job: drop --recipe, or drop --job" in done.stderr
-    done = clipflow_run(
+    done = clipflow_here(
+        capsys,
         "train",
         "launch",
         "--job",
@@ -227,7 +230,9 @@ def test_a_job_file_and_the_flags_that_make_one_are_not_mixed(tmp_path):
     )  # the job's own settings, or not: never ignored
     assert done.returncode == 2, done.stderr
     assert "drop --backend, --update-on-kvstore, --seed, or drop --job" in done.stderr
-    done = clipflow_run("train", "launch", "--log-dir", str(tmp_path / "logs"), "--recipe", "slowfast_tiny_synthetic")
+    done = clipflow_here(
+        capsys, "train", "launch", "--log-dir", str(tmp_path / "logs"), "--recipe", "slowfast_tiny_synthetic"
+    )
     assert done.returncode == 2, done.stderr
     assert "clipflow train launch needs --plan, --splits-dir, --root, --checkpoint-root, --model-out" in done.stderr
 
