@@ -8,7 +8,7 @@ import json
 import subprocess
 import sys
 
-from helpers import free_port, python_env
+from helpers import clipflow_here, free_port, python_env
 
 from clipflow.data.listfile import VideoEntry, read_list, write_list
 from clipflow.data.scan import scan
@@ -20,9 +20,13 @@ TINY = {
 
 
 def launch(tmp_path, tiny_videos, splits_dir, *extra: str, overrides=None, env_extra=None, security="auto",
-           recipe="slowfast_tiny_synthetic", plan_args=()):  # fmt: skip
+           recipe="slowfast_tiny_synthetic", plan_args=(), here=None):  # fmt: skip
+    """The launch, as a process of its own; with ``here`` (pytest's capsys) in this one, for a launch refused
+    before anything starts (``env_extra`` is then not set)."""
     argv, env = launch_command(tmp_path, tiny_videos, splits_dir, *extra, overrides=overrides, env_extra=env_extra,
                                security=security, recipe=recipe, plan_args=plan_args)  # fmt: skip
+    if here is not None:
+        return clipflow_here(here, *argv[3:])
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
 
 

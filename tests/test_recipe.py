@@ -5,7 +5,7 @@ recipes/ (issue 17)."""
 from __future__ import annotations
 
 import pytest
-from helpers import assert_refused, clipflow
+from helpers import assert_refused, clipflow_here
 
 from clipflow.errors import ClipflowError
 from clipflow.recipe import RECIPES_DIR, check_span_in_lists, load_recipe
@@ -52,10 +52,11 @@ def test_a_span_longer_than_every_listed_video_is_refused(tmp_path):
     check_span_in_lists(recipe, [short], "the recipe")  # one video holds it: the others repeat frames, as GluonCV's
 
 
-def test_the_command_line_refuses_a_non_finite_override_and_a_recipe_outside_recipes(tmp_path):
+def test_the_command_line_refuses_a_non_finite_override_and_a_recipe_outside_recipes(tmp_path, capsys):
     listed = tmp_path / "train.lst"
     listed.write_text("a.mp4 40 0\n")
-    nan = clipflow("data", "frames", str(listed), "--recipe", TINY, "--overrides", '{"train": {"base_lr": NaN}}')
+    nan = clipflow_here(capsys, "data", "frames", str(listed), "--recipe", TINY, "--overrides",
+                        '{"train": {"base_lr": NaN}}')  # fmt: skip
     assert_refused(nan, "train.base_lr", "nan")
-    outside = clipflow("data", "frames", str(listed), "--recipe", "../config")
+    outside = clipflow_here(capsys, "data", "frames", str(listed), "--recipe", "../config")
     assert_refused(outside, "recipe '../config'")

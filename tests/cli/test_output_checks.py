@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from helpers import assert_refused, clipflow, free_port, python_env
+from helpers import assert_refused, clipflow, clipflow_here, free_port, python_env
 from safety_helpers import listing
 
 from clipflow.report.page import OWN_FILES, TITLE, check_out_dir
@@ -93,7 +93,7 @@ def test_reencode_refuses_to_replace_files_it_did_not_make_or_the_list_it_reads(
     assert listing(tmp_path) == before
 
 
-def test_train_launch_refuses_its_output_paths_before_anything_starts(tmp_path):
+def test_train_launch_refuses_its_output_paths_before_anything_starts(tmp_path, capsys):
     """The final model and metrics are written after the last epoch: a folder or a file in the wrong place there
     failed only then. Each is named before the job is written or a worker starts."""
     plan = tmp_path / "plan.json"
@@ -115,7 +115,7 @@ def test_train_launch_refuses_its_output_paths_before_anything_starts(tmp_path):
     for (flag, bad), message in cases.items():
         paths = {**good, flag: bad}
         args = [arg for name, path in paths.items() for arg in (name, str(tmp_path / path))]
-        done = clipflow("train", "launch", "--plan", str(plan), "--recipe", "slowfast_tiny_synthetic", "--splits-dir",
-                        str(tmp_path / "splits"), "--root", str(tmp_path), *args)  # fmt: skip
+        done = clipflow_here(capsys, "train", "launch", "--plan", str(plan), "--recipe", "slowfast_tiny_synthetic",
+                             "--splits-dir", str(tmp_path / "splits"), "--root", str(tmp_path), *args)  # fmt: skip
         assert_refused(done, message)
         assert listing(tmp_path) == before, flag  # no job.json, no log folder

@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 import torchvision.models
-from helpers import clipflow
+from helpers import clipflow, clipflow_here
 
 from clipflow.errors import ClipflowError
 from clipflow.models.builder import OnePathway, build_model, count_parameters, model_info
@@ -226,8 +226,21 @@ def test_bad_model_settings(settings, message):
         (["info"], "models info needs a model name"),
         (["info", "r3d_18", "--num-classes", "0"], "argument --num-classes: '0' is not a whole number >= 1"),
         (["info", "vgg11", "--num-classes", "-3"], "argument --num-classes: '-3' is not a whole number >= 1"),
+        (["import", "x.params"], "models import needs --from, --model, --out: clipflow models import FILE --from"),
+        (
+            ["import", "x.params", "--from", "caffe", "--model", "slowfast_8x8_resnet50", "--out", "w.pt"],
+            "--from 'caffe' is not a known source; give one of gluoncv, pyslowfast, pytorchvideo",
+        ),
+        (
+            ["import", "x.params", "--from", "pytorchvideo", "--model", "slowfast_8x8_resnet101", "--out", "w.pt"],
+            "--model slowfast_8x8_resnet101: pytorchvideo has no such model; it has slowfast_8x8_resnet50",
+        ),
+        (
+            ["import", "gone.params", "--from", "gluoncv", "--model", "i3d_resnet50_v1", "--out", "w.pt"],
+            "gone.params does not exist; give the gluoncv checkpoint to import",
+        ),
     ],
 )
-def test_models_command_names_a_bad_argument(args, message):
-    done = clipflow("models", *args)
+def test_models_command_names_a_bad_argument(args, message, capsys):
+    done = clipflow_here(capsys, "models", *args)
     assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr

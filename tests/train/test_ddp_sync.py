@@ -92,9 +92,9 @@ def test_a_ddp_run_killed_inside_an_epoch_falls_back_from_a_damaged_checkpoint_a
         (["--kvstore", "dist_async"], "kvstore dist_async is a parameter-server mode; the ddp back end is synchronous"),
     ],
 )
-def test_ddp_refuses_parameter_server_settings_before_anything_starts(tmp_path, tiny_videos, flags, message):
+def test_ddp_refuses_parameter_server_settings_before_anything_starts(tmp_path, tiny_videos, flags, message, capsys):
     splits = two_splits(tmp_path, tiny_videos)
-    done = launch(tmp_path, tiny_videos, splits, "--backend", "ddp", *flags)
+    done = launch(tmp_path, tiny_videos, splits, "--backend", "ddp", *flags, here=capsys)
     assert done.returncode == 2 and message in done.stderr, done.stdout + done.stderr
     assert not (tmp_path / "logs").exists()
 

@@ -71,7 +71,7 @@ def test_a_finished_model_starts_a_run_of_other_classes_all_but_the_classifier_e
     assert final["model"]["head.weight"].shape[0] == MORE_CLASSES
 
 
-def test_a_file_that_does_not_fit_is_refused_before_any_worker_starts(tmp_path, tiny_videos, finished):
+def test_a_file_that_does_not_fit_is_refused_before_any_worker_starts(tmp_path, tiny_videos, finished, capsys):
     splits = two_splits(tmp_path, tiny_videos)
     other = tmp_path / "r3d.pt"
     torch.save({"model": {}, "recipe": {"model": {"name": "r3d_18", "num_classes": 8}}}, other)
@@ -94,7 +94,7 @@ def test_a_file_that_does_not_fit_is_refused_before_any_worker_starts(tmp_path, 
         assert message in str(refused.value)
     assert not (tmp_path / "ran").exists()
     # and the launch makes it before any worker starts
-    done = launch(tmp_path, tiny_videos, splits, overrides=fine_tune(wider))
+    done = launch(tmp_path, tiny_videos, splits, overrides=fine_tune(wider), here=capsys)
     assert done.returncode == 2 and cases[2][1] in done.stderr, done.stderr
     assert not (tmp_path / "logs" / "worker-0.log").exists()
 

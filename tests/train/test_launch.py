@@ -96,12 +96,12 @@ def test_validation_each_epoch_covers_the_val_list_once_over_the_workers_and_kee
     )
 
 
-def test_a_missing_or_broken_val_list_is_named_before_anything_starts(tmp_path, tiny_videos):
+def test_a_missing_or_broken_val_list_is_named_before_anything_starts(tmp_path, tiny_videos, capsys):
     splits = two_splits(tmp_path, tiny_videos)
-    missing = launch(tmp_path, tiny_videos, splits, "--val-list", str(tmp_path / "nope.lst"))
+    missing = launch(tmp_path, tiny_videos, splits, "--val-list", str(tmp_path / "nope.lst"), here=capsys)
     assert missing.returncode == 2 and f"list file {tmp_path / 'nope.lst'} does not exist" in missing.stderr
     (tmp_path / "bad.lst").write_text("videos/val/a.mp4 12 three\n")
-    broken = launch(tmp_path, tiny_videos, splits, "--val-list", str(tmp_path / "bad.lst"))
+    broken = launch(tmp_path, tiny_videos, splits, "--val-list", str(tmp_path / "bad.lst"), here=capsys)
     assert broken.returncode == 2 and f"{tmp_path / 'bad.lst'} line 1" in broken.stderr, broken.stderr
     assert not (tmp_path / "logs").exists()  # no role was started
 

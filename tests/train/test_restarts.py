@@ -131,9 +131,9 @@ def test_a_failure_that_repeats_stops_after_max_restarts_with_each_attempt_recor
     )
 
 
-def test_fewer_min_workers_without_the_training_list_is_refused(tmp_path, tiny_videos):
+def test_fewer_min_workers_without_the_training_list_is_refused(tmp_path, tiny_videos, capsys):
     splits = two_splits(tmp_path, tiny_videos)
-    done = launch(tmp_path, tiny_videos, splits, "--max-restarts", "1", "--min-workers", "1")
+    done = launch(tmp_path, tiny_videos, splits, "--max-restarts", "1", "--min-workers", "1", here=capsys)
     assert_refused(done, "train.min_workers 1", "2 workers", "--train-list")
     assert not (tmp_path / "ckpt" / "restarts.jsonl").exists()
 
