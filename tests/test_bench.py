@@ -84,3 +84,11 @@ def test_cluster_scaling_counts_the_bytes_on_the_links() -> None:
     links = figures["link_check"]
     assert links["measured"] and [(p["a"], p["b"]) for p in links["pairs"]] == [("h1", "h2")], links
     assert 0 < links["pairs"][0]["gbit_s"] <= 1.1 and links["straggler"] == [], links
+
+
+def test_scale_bench_times_every_step_and_fits_its_growth() -> None:
+    figures = last_json("bench/scale.py", "--quick")
+    for step in ("epoch_start", "run_start", "resume"):
+        assert len(figures[step]["seconds"]) == 2 and figures[step]["extrapolated_s"] > 0, figures
+    assert figures["splits"]["workers"] == [4, 16] and all(s > 0 for s in figures["splits"]["seconds"])
+    assert len(figures["resume_broadcast_mib"]) == 2 and all(ms > 0 for ms in figures["scan_per_video_ms"])

@@ -1,5 +1,6 @@
 """Training parts that need no cluster: schedules, the scaling rule, checkpoints, fault settings."""
 
+import json
 import math
 
 import pytest
@@ -122,3 +123,34 @@ def test_recipe_gradient_clipping_and_no_wd_are_checked():
         load_recipe("slowfast_tiny_synthetic", {"train": {"clip_grad": -1}})
     with pytest.raises(ClipflowError, match=r"train.no_wd: 'yes' is not of type 'boolean'"):
         load_recipe("slowfast_tiny_synthetic", {"train": {"no_wd": "yes"}})
+
+
+def test_a_workers_samples_of_a_plan_are_its_own_only_where_the_plan_names_its_very_parts():
+    from clipflow.train.slots import EpochPlan, own_indices
+
+    parts = [[f"videos/w{r}/p{m}/{i}.mp4 {i} 30" for i in range(3)] for r in range(2) for m in range(2)]
+    lanes = [[(s, 2), (s, 0)] for s in range(4)] + [[(3, 1)]]  # 2 workers x 2 slots; a 5th lane no worker's
+    plan = EpochPlan(lanes[:4], parts, 8)
+    assert own_indices(plan, 1, 2, parts[2:], 3) == [[2, 0], [5, 3]]  # part m's key at m x 3 + key
+    assert own_indices(plan, 0, 2, parts[:2], 3) == [[2, 0], [5, 3]]
+    moved = EpochPlan([[(2, 1), (3, 0)], *lanes[1:4]], parts, 8)  # worker 0's first slot drew worker 1's samples
+    assert own_indices(moved, 0, 2, parts[:2], 3) == [[None, None], [5, 3]]
+    other = [list(p) for p in parts]
+    other[3] = ["videos/elsewhere.mp4 0 30"] * 3  # the checkpoint's part 3 is not this worker's list
+    assert own_indices(EpochPlan(lanes[:4], other, 8), 1, 2, parts[2:], 3) == [[2, 0], [None, None]]
+    assert own_indices(EpochPlan([[(0, 3)], *lanes[1:4]], None, 8), 0, 2, parts[:2], 3)[0] == [None]  # past the part
+    assert own_indices(EpochPlan(lanes[:4], None, 8), 1, 2, parts[2:], 3) == [[2, 0], [5, 3]]  # no sources: its own
+    assert own_indices(EpochPlan(lanes[:4], parts[:3], 8), 1, 2, parts[2:], 3)[1] == [None, None]  # a plan short
+
+
+def test_a_plan_travels_deflated_three_bytes_a_float_and_comes_back_whole():
+    from clipflow.train.slots import EpochPlan
+
+    sources = [[f"videos/train/classé {i % 7}/clip {i:06d}.mp4 {i % 7} 300" for i in range(3000)] for _ in range(2)]
+    plan = EpochPlan([[(0, i) for i in range(2999, -1, -1)], [(1, 2**20 + 1)]], sources, 6000, first=17)
+    sent = plan.encode()
+    assert sent.dtype == torch.float32 and float(sent.max()) < 2**24  # exact in float32 on every back end
+    text = len(json.dumps({"lanes": plan.lanes, "sources": sources}).encode())
+    assert sent.numel() * 4 < text / 4  # as bytes a float each it was 4 x the text
+    back = EpochPlan.decode(sent)
+    assert (back.lanes, back.sources, back.total, back.first) == (plan.lanes, sources, 6000, 17)

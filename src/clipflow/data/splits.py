@@ -111,6 +111,5 @@ def write_splits(list_path: str | Path, num_workers: int, seed: int, out_dir: st
     names = [f"worker{rank}.lst" for rank in range(max(num_workers, 0))]
     parts = split_slots(read_list(list_path), num_workers, accumulate, seed, fill)
     made.check(names)
-    for name, part in zip(names, parts, strict=True):
-        made.write_text(name, list_text(part))
+    made.write_all({name: list_text(part).encode("utf-8") for name, part in zip(names, parts, strict=True)})
     return parts

@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,21 +153,51 @@ class EpochPlan:
         return cls(lanes, record["sources"], int(record["total"]), first)
 
     def encode(self) -> torch.Tensor:
-        """This plan as bytes in a float32 tensor (each byte exact), for a broadcast."""
+        """This plan for a broadcast: its JSON deflated (a Kinetics-scale plan names its parts' paths: tens of MB of
+        text, a few of it deflated), three bytes to each float32 (integers below 2^24 are exact there, on every
+        back end's wire)."""
+        import numpy as np
         import torch
 
-        blob = json.dumps({"lanes": self.lanes, "sources": self.sources, "total": self.total, "first": self.first})
-        return torch.tensor(list(blob.encode()), dtype=torch.float32)
+        text = json.dumps({"lanes": self.lanes, "sources": self.sources, "total": self.total, "first": self.first})
+        blob = zlib.compress(text.encode(), 6)
+        triples = np.frombuffer(blob + bytes(-len(blob) % 3), np.uint8).reshape(-1, 3).astype(np.uint32)
+        return torch.from_numpy(((triples[:, 0] << 16) | (triples[:, 1] << 8) | triples[:, 2]).astype(np.float32))
 
     @classmethod
     def decode(cls, data: torch.Tensor) -> EpochPlan:
-        raw = json.loads(bytes(int(v) for v in data.tolist()).decode())
+        """The plan :meth:`encode` sent (the deflated stream's padding ignored)."""
+        import numpy as np
+
+        words = data.detach().cpu().numpy().astype(np.uint32)
+        blob = np.stack([(words >> 16) & 255, (words >> 8) & 255, words & 255], axis=1).astype(np.uint8).tobytes()
+        raw = json.loads(zlib.decompressobj().decompress(blob))
         return cls([[(s, k) for s, k in lane] for lane in raw["lanes"]], raw["sources"], raw["total"], raw["first"])
 
     def trained_fraction(self, batch: int) -> float:
         """The share of the epoch's samples trained before this plan's first step."""
         left = sum(len(lane) for lane in self.lanes)
         return (self.total - left) / self.total if self.total else 1.0
+
+
+def own_indices(plan: EpochPlan, rank: int, accumulate: int, own_parts: list[list[str]],
+                part_length: int) -> list[list[int | None]]:  # fmt: skip
+    """Worker ``rank``'s lanes of ``plan`` as indices into its own dataset (part ``m``'s sample ``key`` at
+    ``m x part_length + key``), None for a sample that is not of its own parts (another worker's part, or a part
+    the plan names otherwise). Each part is compared with the plan's once, not once a sample: linear in the
+    samples (per sample, the work grew with the square of the list: minutes an epoch at Kinetics' size)."""
+    k, sources = accumulate, plan.sources
+    same = [sources is None or (rank * k + m < len(sources) and sources[rank * k + m] == own_parts[m])
+            for m in range(k)]  # fmt: skip
+
+    def own(sample: Sample) -> int | None:
+        source, key = sample
+        m = source - rank * k
+        if not 0 <= m < k or key >= part_length or not same[m]:
+            return None
+        return m * part_length + key
+
+    return [[own(s) for s in lane] for lane in plan.lanes[rank * k : (rank + 1) * k]]
 
 
 def part_lines(entries: list[VideoEntry], accumulate: int, length: int) -> list[list[str]]:

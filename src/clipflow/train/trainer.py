@@ -55,6 +55,7 @@ from clipflow.train.slots import (
     decide,
     entry_of,
     normal_lanes,
+    own_indices,
     part_lines,
     schedule_point,
     spread,
@@ -253,17 +254,7 @@ class Trainer:
         k, r = self.layout.accumulate, self.rank
         mine = plan.lanes[r * k : (r + 1) * k]
         paths = [e.path for e in self.own_entries]
-
-        def own(sample) -> int | None:
-            source, key = sample
-            m = source - r * k
-            if not 0 <= m < k or key >= self.part_length:
-                return None
-            if plan.sources is not None and plan.sources[source] != self.own_parts[m]:
-                return None
-            return m * self.part_length + key
-
-        indices = [[own(s) for s in lane] for lane in mine]
+        indices = own_indices(plan, r, k, self.own_parts, self.part_length)
         if all(i is not None for lane in indices for i in lane):
             return indices, self.dataset, loader, self.sampler, paths, 0
         if plan.sources is None:
