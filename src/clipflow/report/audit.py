@@ -98,8 +98,9 @@ def list_print(split: str, path: str | Path) -> ListPrint:
     return ListPrint(split, path, len(read_list(path)), sha256_of(path))
 
 
-def _number(value: float) -> str:
-    return f"{value:g}"
+def _number(value: object) -> str:
+    """A value as the tables show it: a float shortest (0.1, not 0.1000), anything else as it is."""
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _same(a: object, b: object) -> bool:
@@ -110,19 +111,19 @@ def _same(a: object, b: object) -> bool:
 
 def _row(setting: str, this_run: object, published: object, shown: str | None = None) -> AuditRow:
     """A row comparing values; ``shown`` is this run's value as text (default: the value itself)."""
-    run_text = shown if shown is not None else (_number(this_run) if isinstance(this_run, float) else str(this_run))
+    run_text = shown if shown is not None else _number(this_run)
     if published is None:
         return AuditRow(setting, run_text, None, NOT_PUBLISHED)
-    published_text = _number(published) if isinstance(published, float) else str(published)
+    published_text = _number(published)
     return AuditRow(setting, run_text, published_text, SAME if _same(this_run, published) else DIFFERS)
 
 
 def _pair_row(setting: str, this_run: tuple, published: tuple, joiner: str) -> AuditRow:
     """A row of two values compared together (e.g. clips x crops); not published when either is missing."""
-    run_text = joiner.join(_number(v) if isinstance(v, float) else str(v) for v in this_run)
+    run_text = joiner.join(map(_number, this_run))
     if any(v is None for v in published):
         return AuditRow(setting, run_text, None, NOT_PUBLISHED)
-    published_text = joiner.join(_number(v) if isinstance(v, float) else str(v) for v in published)
+    published_text = joiner.join(map(_number, published))
     same = all(_same(a, b) for a, b in zip(this_run, published, strict=True))
     return AuditRow(setting, run_text, published_text, SAME if same else DIFFERS)
 

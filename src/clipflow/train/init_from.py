@@ -41,7 +41,8 @@ def start_from(model: torch.nn.Module, recipe: dict, log: Callable[[str], None] 
     own = model.state_dict()
     loaded = [key for key, tensor in own.items()
               if key in weights.state and tuple(weights.state[key].shape) == tuple(tensor.shape)]  # fmt: skip
-    fresh = [key for key in own if key not in loaded]
+    taken = set(loaded)
+    fresh = [key for key in own if key not in taken]
     unused = sorted(key for key in weights.state if key not in own)
     model.load_state_dict({**own, **{key: weights.state[key] for key in loaded}})
     log(f"{KEY}: {len(loaded)} of {len(own)} tensors loaded from {weights.path} ({weights.origin}, sha256 "

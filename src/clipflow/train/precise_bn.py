@@ -167,7 +167,7 @@ def _set(layers: list[_BatchNorm], moments: list[_Moments], all_sum: AllSum, lim
     """The two collectives of the module's description, then the layers' running statistics set. Per layer the
     first also sums S where a worker saw the layer and how many did (S: :class:`_Moments`), so that a worker
     without batches sets what the others do."""
-    device = layers[0].running_mean.device if layers else torch.device("cpu")
+    device = layers[0].running_mean.device  # recompute calls it only with layers
 
     def row(values: list[float]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.float64, device=device)
@@ -190,7 +190,7 @@ def _set(layers: list[_BatchNorm], moments: list[_Moments], all_sum: AllSum, lim
         acc.var + acc.square - 2 * mu * acc.mean + acc.clips * mu * mu if acc.mean is not None
         else torch.zeros(m.num_features, dtype=torch.float64, device=device)
         for m, acc, (mu, _, _) in zip(layers, moments, seen, strict=True)
-    ]).float() if layers else torch.zeros(0)  # fmt: skip
+    ]).float()  # fmt: skip
     all_sum("precise_bn_var", second)
     second = second.double()
     done, at = 0, 0

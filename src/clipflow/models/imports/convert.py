@@ -7,7 +7,7 @@ network with the number of classes the source's classifier has, and refuses, nam
 - a shape that does not fit (both shapes named);
 - a tensor of clipflow's network the file leaves unfilled (the first few named, and how many in all).
 
-BatchNorm's ``num_batches_tracked`` is a counter, not a weight: filled from the network as built.
+BatchNorm's ``num_batches_tracked`` is a counter, not a weight: 0, as a network just built has it.
 """
 
 from __future__ import annotations
@@ -69,7 +69,8 @@ def convert(tensors: dict[str, np.ndarray], module: ModuleType, model: str, path
     if head not in mapped:
         raise ClipflowError(f"{path} has no classifier ({head} of {model}); is it a checkpoint of {model}?")
     num_classes = int(mapped[head].shape[0])
-    target = build_model({"name": model, "num_classes": num_classes}).state_dict()
+    with torch.device("meta"):  # its names, shapes and dtypes: no weights drawn that the file's replace
+        target = build_model({"name": model, "num_classes": num_classes}).state_dict()
     state: dict[str, torch.Tensor] = {}
     for key, array in mapped.items():
         if key not in target:
@@ -86,7 +87,7 @@ def convert(tensors: dict[str, np.ndarray], module: ModuleType, model: str, path
             f"{path} leaves {len(unfilled)} tensors of {model} unfilled ({', '.join(unfilled[:SHOWN])}"
             f"{', ...' if len(unfilled) > SHOWN else ''}); is it a checkpoint of {model}?"
         )
-    state.update({key: target[key] for key in target if key.endswith(COUNTER)})
+    state.update({key: torch.zeros((), dtype=target[key].dtype) for key in target if key.endswith(COUNTER)})
     return Converted(model, num_classes, {key: state[key] for key in target}, name_map, skipped)
 
 

@@ -65,10 +65,9 @@ def read(path: Path) -> dict[str, np.ndarray]:
 
 
 def rename(name: str, model_name: str) -> str | None:
-    """The key in clipflow's ``model_name`` of GluonCV's tensor ``name`` (either naming; never None: every
-    tensor of these networks has a place); ClipflowError for a name the network does not have."""
-    if model_name not in MODELS:
-        raise ClipflowError(f"--model {model_name}: gluoncv has no such model; it has {', '.join(MODELS)}")
+    """The key in clipflow's ``model_name`` (one of :data:`MODELS`: the importer checks it) of GluonCV's tensor
+    ``name`` (either naming; never None: every tensor of these networks has a place); ClipflowError for a name the
+    network does not have."""
     if model_name.startswith("slowfast"):
         key = _slowfast_key(re.sub(r"^slowfast\d+_", "", name))
     else:
