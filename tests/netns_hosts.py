@@ -575,8 +575,15 @@ class NetnsHosts:
         sh("ip", "link", "set", self.hosts[i].veth, "down")
 
     def link_up(self, i: int) -> None:
-        """Reconnect host ``i`` (undo :meth:`link_down`)."""
-        sh("ip", "link", "set", self.hosts[i].veth, "up")
+        """Reconnect host ``i`` (undo :meth:`link_down`) and wait until its sshd accepts again: the bridge
+        port forwards only some moments after the link is up, and a check made in between would find the
+        host still cut off."""
+        host = self.hosts[i]
+        sh("ip", "link", "set", host.veth, "up")
+        if not wait_until(lambda: tcp_accepts(host.address, host.port), READY_TIMEOUT_S, 0.05):
+            raise RuntimeError(
+                f"{host.name} ({host.address}:{host.port}) does not answer {READY_TIMEOUT_S} s after its link came up"
+            )
 
     def kill_all_in(self, i: int) -> None:
         """SIGKILL every process in host ``i``'s namespace except its sshd listener; wait until they are gone."""
