@@ -15,6 +15,7 @@ from launch_helpers import TINY, launch, scanned, scanned_val, two_splits
 
 from clipflow.data.listfile import VideoEntry, read_list, write_list
 from clipflow.made import RECORD
+from clipflow.train.loader_sizing import LoaderChoice
 
 
 def status(results, run: str) -> dict:
@@ -74,6 +75,12 @@ def test_two_workers_train_one_epoch_and_write_the_model(tmp_path, tiny_videos):
     assert [h["epoch"] for h in history] == [1] and history[0]["step"] == 2
     assert (tmp_path / "model.pt").stat().st_size > 100_000
     assert "final model" in done.stdout
+    # train.loader_workers auto: each worker sized its loader, said so and recorded it (clipflow.train.loader_sizing)
+    for worker in history[0]["workers"]:
+        chosen = LoaderChoice.from_record(worker["loader"])
+        assert chosen.auto and chosen.decode_s > 0 and chosen.step_s > 0 and chosen.batch == 2, worker
+        assert chosen.describe().startswith("decode ") and chosen.describe().endswith(", 1 decode thread (auto)")
+        assert f"[worker {worker['rank']} localhost] loader: {chosen.describe()}" in done.stdout
 
 
 def test_validation_each_epoch_covers_the_val_list_once_over_the_workers_and_keeps_the_best(tmp_path, tiny_videos):
@@ -126,7 +133,7 @@ def test_servers_run_the_optimizer_with_2bit_compression_and_resume_its_states(t
     two_epochs = {**TINY, "train": {**TINY["train"], "epochs": 2, "save_frequency": 1, "optimizer": optimizer}}
     flags = ("--update-on-kvstore", "--compression", "2bit", "--compression-threshold", "0.01")
     failed = launch(tmp_path, tiny_videos, splits, *flags, overrides=two_epochs,
-                    env_extra={"CLIPFLOW_FAULT_KILL": "1:2"})  # fmt: skip
+                    env_extra={"CLIPFLOW_FAULT_KILL": "1:2:1"})  # fmt: skip
     assert failed.returncode != 0 and "worker 1 on localhost failed (killed by signal SIGKILL)" in failed.stdout
     checkpoint = next((tmp_path / "ckpt").rglob("epoch_0001.pt"))
     states = torch.load(checkpoint, weights_only=False)["optimizer"]

@@ -88,8 +88,8 @@ def staged_files(hosts: NetnsHosts, i: int, name: str) -> set[str]:
 
 def test_three_hosts_with_their_own_disks_stage_train_resume_and_report(ssh_hosts: NetnsHosts, flow: Path) -> None:  # noqa: F811
     results = flow / "results" / RUN
-    # 1. worker 1 killed in epoch 2: the run fails after rank 0 saved epoch 1 on its own disk
-    first = snakemake(ssh_hosts, flow, "hosts", fault="1:2")
+    # 1. worker 1 killed in epoch 2 after its first step (so rank 0 saved epoch 1 on its own disk): the run fails
+    first = snakemake(ssh_hosts, flow, "hosts", fault="1:2:1")
     assert first.returncode != 0, (first.stdout + first.stderr)[-4000:]
     checks = json.loads((results / "cluster/checks.json").read_text())
     assert checks["storage"]["setting"] == "auto" and checks["storage"]["mode"] == "local", checks["storage"]
@@ -113,8 +113,9 @@ def test_three_hosts_with_their_own_disks_stage_train_resume_and_report(ssh_host
     home_copy = results / "checkpoints" / "epoch_0001.pt"
     assert home_copy.is_file()  # kept at home after the failure
 
-    # 2. the same command (worker 1 now killed in epoch 3): only training reruns, from rank 0's local checkpoint
-    second = snakemake(ssh_hosts, flow, "hosts", fault="1:3")
+    # 2. the same command (worker 1 now killed in epoch 3, after its first step): only training reruns, from rank
+    # 0's local checkpoint
+    second = snakemake(ssh_hosts, flow, "hosts", fault="1:3:1")
     assert second.returncode != 0, (second.stdout + second.stderr)[-4000:]
     assert jobs_run(second) == {"train"}, jobs_run(second)
     train_log = (flow / f"logs/{RUN}/train.log").read_text()
