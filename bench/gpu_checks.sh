@@ -63,3 +63,59 @@ compare video_ddp.whole video_ddp.again
 for batch in 2 8 32; do
   python3 bench/train_step.py --device cuda --batch "$batch" --steps 20 --warmup 3 --compile 2>&1 | grep -v Warning | tail -8
 done
+
+# NVDEC: data.decoder nvdec (torchcodec on the GPU) against the PyAV reader and torchcodec on the CPU, on the
+# synthetic videos above: clips/s of each (a SlowFast clip: 32 of 64 frames, one process, one torch thread, after a
+# warm-up read), and how far each one's frames are from the PyAV reader's, at the videos' own size and at 224x168.
+python3 - "$V" <<'PY'
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from clipflow.data.reader import frames_now, read_frames
+from clipflow.data.torchcodec_reader import prepare
+from clipflow.errors import ClipflowError
+
+torch.set_num_threads(1)  # as a loader worker process
+videos = sorted(Path(sys.argv[1]).rglob("*.mp4"))[:48]
+decoders = ["pyav", "torchcodec", "nvdec"]
+try:
+    prepare("nvdec")
+except ClipflowError as exc:
+    print(f"nvdec refused: {exc}")
+    decoders.remove("nvdec")
+clips = []
+for path in videos:
+    n = frames_now(path)
+    start = max(0, (n - 64) // 2)
+    clips.append((path, list(range(start, min(n, start + 64), 2))))
+with __import__("av").open(str(videos[0])) as container:
+    own = (container.streams.video[0].width, container.streams.video[0].height)
+for decoder in decoders:
+    read_frames(*clips[0], *own, decoder)  # warm-up: CUDA context, NVDEC decoder, caches
+    if decoder == "nvdec":
+        torch.cuda.synchronize()
+    began = time.perf_counter()
+    for path, indices in clips:
+        read_frames(path, indices, *own, decoder)
+    rate = len(clips) / (time.perf_counter() - began)
+    line = f"{decoder:10s} {rate:7.1f} clips/s ({len(clips)} clips at {own[0]}x{own[1]})"
+    if decoder != "pyav":
+        for size in (own, (224, 168)):
+            worst_max, worst_mean = 0, 0.0
+            for path, indices in clips[:16]:
+                got = read_frames(path, indices, *size, decoder).astype(np.int16)
+                diff = np.abs(got - read_frames(path, indices, *size, "pyav"))
+                worst_max, worst_mean = max(worst_max, int(diff.max())), max(worst_mean, float(diff.mean()))
+            line += f"; against pyav at {size[0]}x{size[1]}: max abs difference {worst_max}, mean {worst_mean:.2f}"
+    print(line)
+if "nvdec" in decoders:
+    from torchcodec.decoders import VideoDecoder
+
+    decoder = VideoDecoder(str(videos[0]), device="cuda")
+    decoder.get_frame_at(0)
+    print(f"nvdec on {videos[0].name}: {decoder.cpu_fallback}")
+PY

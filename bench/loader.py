@@ -5,7 +5,10 @@ Videos: the bench makes its own, with PyAV in a temporary folder: ``--videos`` H
 of 340x256, ``--frames`` frames at 30 fps, a textured background panning under a
 moving square plus noise, so the encoder does real work. "Before" is these files;
 "after" is the same tree through clipflow's re-encode stage (reencode_tree) with
-GluonCV's settings: 340x256, 30 fps, a keyframe every 16 frames.
+GluonCV's settings: 340x256, 30 fps, a keyframe every 16 frames. "matched" is the re-encode
+matched to the clips (``data.reencode.match_recipe``: ReencodeSpec.matched): every 2nd frame
+kept (15 fps, the fast pathway's stride), a keyframe every 4, the clip mapped onto it
+(ClipSpec.on_every: 32 frames in a row, every 8th slow).
 
 Clips: SlowFast 4x16 training clips as GluonCV samples them: a 64-frame window
 (new_length 64, new_step 1), every 2nd frame to the fast pathway (32 frames), every
@@ -24,6 +27,10 @@ Figures, all from one run:
   the keyframe at or before the clip's first frame and decodes every frame from there
   to its last one; only the seek and the decoding are timed (not opening the file, not
   converting to RGB, not transforms). ratio = loader / limit, target >= 0.8;
+* frames the reader decodes per clip (PyAVReader.frames_decoded: what the decoder put out, as the
+  loader's read asks for them) against the frames the clip uses (its fast and slow frames, distinct),
+  after re-encoding and matched; and the loader's clips per CPU-second of the in-process run
+  (1000 / CPU ms per clip: clips/s per core), matched against today's re-encode ("after");
 * after re-encoding, also the loader with decord as its decoder (``data.decoder: decord``)
   in place of clipflow's PyAV reader (the default), on ``--clips-before`` clips;
 * after re-encoding, also the loader with 2 worker processes;
@@ -67,7 +74,7 @@ import torch
 
 from clipflow.data.dataset import SlowFastClips
 from clipflow.data.loader import make_loader
-from clipflow.data.reader import FrameTable
+from clipflow.data.reader import FrameTable, PyAVReader
 from clipflow.data.reencode import ReencodeSpec, reencode_tree
 from clipflow.data.sampling import ClipSpec
 from clipflow.data.splits import EpochSampler
@@ -78,6 +85,7 @@ WIDTH, HEIGHT, FPS = 340, 256, 30
 CLIP = ClipSpec(new_length=64, new_step=1, num_segments=1, fast_temporal_stride=2, slow_temporal_stride=16)
 TRANSFORM = TransformSpec(input_size=224, scale_ratios=(1.0, 0.8))
 GLUONCV_REENCODE = ReencodeSpec(width=WIDTH, height=HEIGHT, fps=FPS, keyframe_interval=16)
+MATCHED_REENCODE = GLUONCV_REENCODE.matched(CLIP)  # 15 fps, a keyframe every 4
 TARGET = 0.8
 
 
@@ -173,6 +181,22 @@ def decode_window(path: Path, table: FrameTable, first: int, last: int) -> tuple
     if start != table.pts[key]:
         raise SystemExit(f"{path}: seeking to frame {key} started decoding at pts {start}, not {table.pts[key]}")
     return seconds, decoded
+
+
+def reader_frames(dataset: SlowFastClips, clips: list[tuple[int, int]]) -> tuple[float, float]:
+    """(frames clipflow's reader decodes, frames the clip uses), means per (epoch, index) clip."""
+    decoded = used = 0
+    for epoch, index in clips:
+        dataset.set_epoch(epoch)
+        plan = dataset.plan(index)
+        needed = sorted(set(plan.fast + plan.slow))
+        reader = PyAVReader(dataset.entries[index].resolve(dataset.root), dataset.new_width, dataset.new_height)
+        try:
+            reader.get(needed)
+        finally:
+            reader.close()
+        decoded, used = decoded + reader.frames_decoded, used + len(needed)
+    return decoded / len(clips), used / len(clips)
 
 
 def decode_limit(dataset: SlowFastClips, clips: list[tuple[int, int]]) -> tuple[float, float]:
@@ -391,14 +415,18 @@ def bench(a: argparse.Namespace, folder: Path) -> dict:
     if failed:
         raise SystemExit(f"re-encoding failed: {failed[0].src}: {failed[0].error}")
     figures["reencode_s"] = time.perf_counter() - began
+    matched = reencode_tree([name for name, _ in rows], folder / "before", folder / "matched", MATCHED_REENCODE, procs)
+    if any(r.status == "failed" for r in matched):
+        raise SystemExit(f"re-encoding to the recipe failed: {[r.error for r in matched if r.error][0]}")
     repeat = max(1, round(a.epoch_clips / a.videos))
     datasets = {}
-    for stage, stage_rows in (
-        ("before", rows),
-        ("after", [(n, r.frames) for (n, _), r in zip(rows, results, strict=True)]),
+    for stage, stage_rows, clip in (
+        ("before", rows, CLIP),
+        ("after", [(n, r.frames) for (n, _), r in zip(rows, results, strict=True)], CLIP),
+        ("matched", [(n, r.frames) for (n, _), r in zip(rows, matched, strict=True)], CLIP.on_every(CLIP.frame_step)),
     ):
         write_list(folder / f"{stage}.lst", stage_rows, repeat)
-        datasets[stage] = SlowFastClips(folder / f"{stage}.lst", folder / stage, CLIP, TRANSFORM, WIDTH, HEIGHT,
+        datasets[stage] = SlowFastClips(folder / f"{stage}.lst", folder / stage, clip, TRANSFORM, WIDTH, HEIGHT,
                                         "train", a.seed, 4)  # fmt: skip
         figures[f"{stage}_keyframe_distance"] = max(keyframe_distance(folder / stage / name) for name, _ in rows)
 
@@ -407,6 +435,7 @@ def bench(a: argparse.Namespace, folder: Path) -> dict:
     runs = {
         "before": ("before", 0, a.clips_before),
         "after": ("after", 0, a.clips),
+        "matched": ("matched", 0, a.clips),
         "after_decord": ("after_decord", 0, a.clips_before),
         "after_workers2": ("after", 2, a.clips),
     }
@@ -427,6 +456,12 @@ def bench(a: argparse.Namespace, folder: Path) -> dict:
             figures[f"{name}_limit_clips_per_s"] = limit
             figures[f"{name}_limit_frames_per_clip"] = frames
             figures[f"{name}_ratio"] = cps / limit
+        if name in ("after", "matched"):
+            decoded, used = reader_frames(dataset, run.clips[warm:])
+            figures[f"{name}_reader_frames_per_clip"], figures[f"{name}_frames_used_per_clip"] = decoded, used
+            figures[f"{name}_decoded_over_used"] = decoded / used
+            figures[f"{name}_clips_per_cpu_s"] = 1000 / figures[f"{name}_cpu_ms_per_clip_main"]
+    figures["matched_per_core_speedup"] = figures["matched_clips_per_cpu_s"] / figures["after_clips_per_cpu_s"]
     figures["reencode_speedup"] = figures["after_loader_clips_per_s"] / figures["before_loader_clips_per_s"]
     figures["workers2_speedup"] = figures["after_workers2_loader_clips_per_s"] / figures["after_loader_clips_per_s"]
     figures.update(rgb_path(folder / "after" / rows[0][0], a.rgb_rounds))
@@ -449,11 +484,23 @@ def report(a: argparse.Namespace, f: dict) -> None:
     for name, label in (
         ("before", "before re-encode, in-process"),
         ("after", "after re-encode, in-process"),
+        ("matched", "matched re-encode, in-process"),
         ("after_decord", "  the same, decord as the decoder"),
     ):
         print(f"  {label:34s} {f[name + '_loader_clips_per_s']:10.1f} {f[name + '_limit_clips_per_s']:13.1f} "
               f"{f[name + '_ratio']:7.2f} {f[name + '_limit_frames_per_clip']:12.1f} "
               f"{f[name + '_cpu_ms_per_clip_main']:19.1f}")  # fmt: skip
+    for name, label in (
+        ("after", "after re-encode"),
+        ("matched", f"matched ({f['matched_keyframe_distance']}-frame GOP)"),
+    ):
+        print(f"  {label}: the reader decodes {f[name + '_reader_frames_per_clip']:.1f} frames a clip for the "
+              f"{f[name + '_frames_used_per_clip']:.1f} it uses (x{f[name + '_decoded_over_used']:.3f}); "
+              f"{f[name + '_clips_per_cpu_s']:.1f} clips per CPU-second")  # fmt: skip
+    print(
+        f"  matched against today's re-encode: x{f['matched_per_core_speedup']:.2f} clips per CPU-second "
+        "(target: frames decoded within 10% of those used)"
+    )
     cpu = f"{f['after_workers2_cpu_ms_per_clip_workers']:.1f} + {f['after_workers2_cpu_ms_per_clip_main']:.1f} main"
     label = "after re-encode, 2 loader workers"
     print(f"  {label:34s} {f['after_workers2_loader_clips_per_s']:10.1f} {'':34s} {cpu:>19s}")

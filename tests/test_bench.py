@@ -44,6 +44,11 @@ def test_loader_bench_runs_every_figure() -> None:
         assert figures[f"{run}_loader_clips_per_s"] > 0 and figures[f"{run}_limit_clips_per_s"] > 0, figures
         assert figures[f"{run}_ratio"] > 0 and figures[f"{run}_limit_frames_per_clip"] >= 1
     assert figures["after_keyframe_distance"] == 16 and figures["after_workers2_loader_clips_per_s"] > 0
+    # matched to the clips (every 2nd frame, a keyframe every 4): the reader decodes within 10% of what a clip uses,
+    # where today's re-encode decodes the whole 64-frame window from its keyframe for 32 used frames
+    assert figures["matched_keyframe_distance"] == 4 and figures["matched_frames_used_per_clip"] > 30, figures
+    assert figures["matched_decoded_over_used"] <= 1.1 < 1.5 <= figures["after_decoded_over_used"], figures
+    assert figures["matched_clips_per_cpu_s"] > 0 and figures["matched_limit_frames_per_clip"] >= 1
     for process in ("after_rss_main", "after_workers2_rss_worker0", "after_workers2_rss_worker1"):
         assert figures[f"{process}_last_mib"] > 0 and f"{process}_slope_mib_per_1000" in figures, figures
     assert figures["decord_readers_rss_last_mib"] > 0

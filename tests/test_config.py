@@ -51,7 +51,8 @@ def test_recipe_defaults_are_filled():
 def test_recipe_decoder_is_pyav_by_default_and_an_unknown_one_is_named():
     assert load_recipe("slowfast_tiny_synthetic")["data"]["decoder"] == "pyav"
     assert load_recipe("slowfast_tiny_synthetic", {"data": {"decoder": "decord"}})["data"]["decoder"] == "decord"
-    with pytest.raises(ClipflowError, match=r"data\.decoder: 'opencv' is not one of \['pyav', 'decord'\]"):
+    decoders = r"\['pyav', 'decord', 'torchcodec', 'nvdec'\]"
+    with pytest.raises(ClipflowError, match=rf"data\.decoder: 'opencv' is not one of {decoders}"):
         load_recipe("slowfast_tiny_synthetic", {"data": {"decoder": "opencv"}})
 
 

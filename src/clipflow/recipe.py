@@ -119,7 +119,7 @@ def check_clip(recipe: dict, what: str) -> None:
     from clipflow.models.slowfast_spec import slowfast_alpha
 
     try:
-        ClipSpec.from_recipe(recipe)
+        ClipSpec.from_recipe(recipe).on_every(recipe["data"]["videos_keep_every"])
     except ClipflowError as exc:
         raise ClipflowError(f"{what}: {exc}") from None
     data = recipe["data"]
@@ -197,6 +197,22 @@ def fit_to_index(recipe: dict, train_list: str | Path | None, what: str) -> dict
     if recipe["data"].get("fit_step") and train_list:
         recipe = fit_step(recipe, train_list)
     return recipe
+
+
+def fit_to_videos(recipe: dict, root: str | Path, what: str) -> dict:
+    """The recipe with data.videos_keep_every the frame step the videos under ``root`` were re-encoded with (its
+    re-encode journal), checked against the clips; as it is where ``root`` holds no re-encode's record (a host's
+    staged copy keeps the step the run started with)."""
+    if recipe["data"]["kind"] != "video":
+        return recipe
+    from clipflow.data.reencode import frame_step_of
+
+    step = frame_step_of(root)
+    if step is None or step == recipe["data"]["videos_keep_every"]:
+        return recipe
+    fitted = {**recipe, "data": {**recipe["data"], "videos_keep_every": step}}
+    check_clip(fitted, f"{what} on the videos of {root}")
+    return fitted
 
 
 def fit_step(recipe: dict, train_list: str | Path) -> dict:

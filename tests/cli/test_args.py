@@ -90,6 +90,10 @@ def test_launch_refuses_a_setting_out_of_range(tmp_path, flags, names):
             ["data reencode", "--crf", "'60'", "0-51"],
         ),
         (["data", "reencode", "--list", "a", "--root", "r", "--out-root", "o", "--gop", "0"], ["--gop", "'0'"]),
+        (
+            ["data", "reencode", "--list", "a", "--root", "r", "--out-root", "o", "--frame-step", "0"],
+            ["--frame-step", "'0'"],
+        ),
         (["data", "frames", "x.lst", "--recipe", "slowfast_tiny_synthetic", "--epoch", "0"], ["--epoch", "'0'"]),
         (["cluster", "check", "--plan", "p", "--out", "o", "--min-free-gb", "-1"], ["--min-free-gb", "'-1'"]),
         (

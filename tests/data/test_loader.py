@@ -181,3 +181,6 @@ def test_training_with_two_loader_workers_runs_every_epoch(tmp_path, tiny_videos
     assert done.returncode == 0, done.stdout + done.stderr
     history = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [h["epoch"] for h in history] == [1, 2] and history[-1]["step"] == 4
+    given = "2 loader processes, prefetch 2, 1 decode thread (train.loader_workers 2, as given)"
+    assert all(f"[worker {r} localhost] loader: {given}" in done.stdout for r in (0, 1)), done.stdout
+    assert [w["loader"]["workers"] for w in history[-1]["workers"]] == [2, 2]

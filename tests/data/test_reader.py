@@ -177,5 +177,5 @@ def test_bad_videos_and_frames_are_named(videos: dict[str, Path], tmp_path: Path
     sound = write_audio_only(tmp_path / "sound.mp4")
     with pytest.raises(ClipflowError, match="no video stream"):
         read_frames(sound, [0], WIDTH, HEIGHT)
-    with pytest.raises(ClipflowError, match="decoder must be one of pyav, decord, not 'opencv'"):
+    with pytest.raises(ClipflowError, match="decoder must be one of pyav, decord, torchcodec, nvdec, not 'opencv'"):
         read_frames(path, [0], WIDTH, HEIGHT, "opencv")

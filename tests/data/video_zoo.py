@@ -204,6 +204,7 @@ def ffprobe(path: Path) -> dict:
         "rotation": rotation,
         "range": stream.get("color_range"),
         "matrix": stream.get("color_space"),
+        "fps": stream.get("r_frame_rate"),
     }
 
 

@@ -14,8 +14,9 @@ from report_helpers import CHROMIUM, TAB_BLUE, colour_columns, embedded_figures,
 
 from clipflow.errors import ClipflowError
 from clipflow.report.compare import comparisons
-from clipflow.report.page import ReportInputs, write_report
+from clipflow.report.page import ReportInputs, _throughput, write_report
 from clipflow.report.scaling import scaling_points
+from clipflow.train.loader_sizing import LoaderChoice, choose
 
 NAMES = ["left", "right", "up", "down"]
 
@@ -146,6 +147,8 @@ def test_the_page_has_every_table_and_every_figure_non_empty(report):
     assert "<td>root@10.0.0.11</td><td>log</td><td>worker 0</td><td>root@10.0.0.11/worker-0.log</td><td>5120</td>" \
            f"<td>{'ab' * 8}</td><td>yes</td>" in page  # fmt: skip
     assert page.count('class="confusion"') == 1  # 4 classes: the table beside the figure
+    # a history from before the loader was recorded: its worker rows with their share of waiting for data
+    assert "<td>1</td><td>9.50</td><td>1.50</td><td>3.00</td><td>33.33</td><td>33.33</td><td>&mdash;</td>" in page
     figures = embedded_figures(page)
     assert sorted(figures) == ["confusion.png", "curves.png", "scaling.png", "throughput.png"]
     for name, image in figures.items():
@@ -155,6 +158,20 @@ def test_the_page_has_every_table_and_every_figure_non_empty(report):
         if name != "confusion.png":  # drawn in the Blues colour map, not in line colours
             assert len(colour_columns(image, TAB_BLUE)) > 20, name  # the data itself is plotted
     assert figures["curves.png"].width == 1300 and figures["throughput.png"].width == 1300
+
+
+def test_each_workers_wait_for_data_and_loader_are_in_the_throughput_table(tmp_path):
+    history = [epoch_record(1, 2, 8.0), epoch_record(2, 2, 8.0)]
+    history[0]["workers"][0]["data_time"] = 3.0  # a slow first epoch: the whole run waited more than the last epoch
+    for record in history:
+        record["workers"][0]["loader"] = choose(0.052, 0.18, 4, 1).record()
+        record["workers"][1]["loader"] = LoaderChoice(2, 3).record()
+    part = _throughput(history, tmp_path)
+    auto = "decode 52 ms a batch of 4, step 180 ms: 1 loader process, prefetch 2, 1 decode thread (auto)"
+    given = "2 loader processes, prefetch 3, 1 decode thread (train.loader_workers 2, as given)"
+    # last epoch: 0.5 / (0.5 + 3); whole run: (3 + 0.5) / (3.5 + 6)
+    assert f"<td>0</td><td>4.00</td><td>0.50</td><td>3.00</td><td>14.29</td><td>36.84</td><td>{auto}</td>" in part
+    assert f"<td>1</td><td>4.00</td><td>1.50</td><td>3.00</td><td>33.33</td><td>33.33</td><td>{given}</td>" in part
 
 
 def test_broken_inputs_are_named(tmp_path):

@@ -73,12 +73,16 @@ if REENCODE["enabled"] and SOURCE in IMAGE_SOURCES:
 if REENCODE["enabled"]:
     from clipflow.data.reencode import ReencodeSpec  # imported only when used: it loads PyAV
 
+    from clipflow.data.sampling import ClipSpec
+
     try:
         _size = [int(side) for side in REENCODE["size"].split("x")] if REENCODE["size"] else [None, None]
         # checked here, once: a bad setting stops the workflow before any job starts
-        ReencodeSpec(
+        REENCODE_SPEC = ReencodeSpec(
             REENCODE["short_side"], *_size, REENCODE["fps"], REENCODE["gop"], REENCODE["crf"], REENCODE["preset"]
         )
+        if REENCODE["match_recipe"]:  # only the frames the recipe's clips read, keyframes at their granularity
+            REENCODE_SPEC = REENCODE_SPEC.matched(ClipSpec.from_recipe(RECIPE))
     except ClipflowError as exc:
         raise WorkflowError(f"clipflow: data.reencode: {exc}")
 # the folder the scanned lists' paths are relative to, which train and evaluate read the videos from
@@ -225,9 +229,10 @@ def kinetics_inputs(wildcards):
 def reencode_args():
     """The re-encode settings as `clipflow data reencode` flags."""
     shape = f"--size {REENCODE['size']}" if REENCODE["size"] else f"--short-side {REENCODE['short_side']}"
+    spec = REENCODE_SPEC
     return (
-        f"{shape} --fps {REENCODE['fps']} --gop {REENCODE['gop']} --crf {REENCODE['crf']}"
-        f" --preset {shlex.quote(REENCODE['preset'])}"
+        f"{shape} --fps {spec.fps} --frame-step {spec.frame_step} --gop {spec.keyframe_interval} --crf {spec.crf}"
+        f" --preset {shlex.quote(spec.preset)}"
     )
 
 

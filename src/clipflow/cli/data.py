@@ -87,7 +87,7 @@ def cmd_reencode(a: argparse.Namespace) -> int:
     from clipflow.data.reencode import ReencodeSpec, reencode_lists
 
     width, height = a.size if a.size else (None, None)
-    spec = ReencodeSpec(a.short_side, width, height, a.fps, a.gop, a.crf, a.preset)
+    spec = ReencodeSpec(a.short_side, width, height, a.fps, a.gop, a.crf, a.preset, a.frame_step)
     reencode_lists(a.list, a.root, a.out_root, spec, a.out_list, a.workers)
     return 0
 
@@ -193,6 +193,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gop", type=in_reencode["gop"], default=reencode["gop"], help="a keyframe every this many frames")
     p.add_argument("--crf", type=in_reencode["crf"], default=reencode["crf"], help="x264 quality: 0 lossless to 51")
     p.add_argument("--preset", default=reencode["preset"], help="x264 preset")
+    p.add_argument("--frame-step", type=count, default=1,
+                   help="keep every this-many-th frame at --fps (output fps / step): a clip's stride")  # fmt: skip
     p.add_argument("--workers", type=in_reencode["workers"], default=reencode["workers"], help="videos encoded at once")
     p.set_defaults(func=cmd_reencode)
     p = data.add_parser("frames", help="print the frames and crop each clip of a recipe reads, a JSON line per video")

@@ -46,7 +46,7 @@ def job_from_args(a: argparse.Namespace):
     """The flags of `train launch` as a TrainJob (checked as it is made): a job file (--job), or the plan, the
     recipe and its overrides, the back end's settings, the paths and the seed."""
     from clipflow.hosts.plan import Plan
-    from clipflow.recipe import fit_to_index, load_recipe
+    from clipflow.recipe import fit_to_index, fit_to_videos, load_recipe
     from clipflow.train.init_from import check_init_from
     from clipflow.train.job import TrainJob
 
@@ -66,7 +66,7 @@ def job_from_args(a: argparse.Namespace):
           "threshold": setting(a, "compression_threshold", compression["threshold"])}  # fmt: skip
     policy = {name: setting(a, name, train[name]) for name in POLICY}
     recipe = load_recipe(a.recipe, json_object(a.overrides or "{}"))
-    recipe = fit_to_index(recipe, a.train_list, f"recipe {a.recipe}")
+    recipe = fit_to_videos(fit_to_index(recipe, a.train_list, f"recipe {a.recipe}"), a.root, f"recipe {a.recipe}")
     check_init_from(recipe)  # read again by rank 0 when the run has no checkpoint
     plan = Plan.read(a.plan, launching=True)
     return TrainJob.create(plan, recipe, setting(a, "backend", train["backend"]), ps, paths,

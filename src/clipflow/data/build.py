@@ -30,7 +30,7 @@ def build_dataset(recipe: dict, list_path: str | Path, root: str | Path, mode: s
     return SlowFastClips(
         list_path,
         root,
-        ClipSpec.from_recipe(recipe),
+        ClipSpec.from_recipe(recipe).on_every(d["videos_keep_every"]),
         TransformSpec.from_recipe(recipe),
         d["new_width"],
         d["new_height"],

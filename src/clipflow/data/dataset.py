@@ -103,7 +103,12 @@ class SlowFastClips(Dataset):
         transform.check_frame(new_height, new_width, mode)
         # the decoder's module is loaded here, before a DataLoader forks its workers, so they share it:
         # measured, a worker that imports decord itself holds 260 MiB of its own, against 14 MiB
-        importlib.import_module("av" if decoder == "pyav" else "decord")
+        if decoder in ("torchcodec", "nvdec"):  # imports torchcodec; refuses nvdec where there is no GPU, here
+            from clipflow.data.torchcodec_reader import prepare
+
+            prepare(decoder)
+        else:
+            importlib.import_module("av" if decoder == "pyav" else "decord")
         self.decoder = decoder
 
         self.list_path = Path(list_path)

@@ -5,6 +5,8 @@
 - ``workers`` 0 loads in the calling process; more start that many worker processes,
   each with one torch thread (the dataset's reader decodes on one thread),
   ``prefetch`` batches ahead per worker, and kept for the whole run (persistent).
+  How many, for training: the recipe's numbers, or with ``auto`` (the default) sized by each training worker
+  from its measured decode and step times (clipflow.train.loader_sizing).
 - The epoch. A dataset such as SlowFastClips draws each clip from (seed, epoch, index)
   and its epoch is set on the main process's object (``set_epoch``); a persistent
   worker holds its own copy, made when it started, that would never see it. So every
@@ -40,6 +42,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 
 from clipflow.environment import read_env
 from clipflow.errors import ClipflowError
+from clipflow.train.loader_sizing import AUTO, DEFAULT_PREFETCH
 
 
 class WorkerFailure:
@@ -160,12 +163,16 @@ def make_loader(
     """A DataLoader of ``dataset`` in batches of ``batch_size``, in the order of ``sampler`` (else 0, 1, ...).
 
     workers: 0 loads in this process; N > 0 starts N worker processes (one torch thread each), which
-    stay for the loader's life when ``persistent`` (the epoch travels with each index, see the module).
-    prefetch: batches each worker loads ahead (workers > 0 only). device: where the batches go; a CUDA
-    device turns on pinned memory. Iterate the loader once per epoch, after ``dataset.set_epoch``.
+    stay for the loader's life when ``persistent`` (the epoch travels with each index, see the module);
+    ``auto`` (the recipe's train.loader_workers unsized: evaluation, prediction) is 0 here, training sizes it
+    first (clipflow.train.loader_sizing). prefetch: batches each worker loads ahead (workers > 0 only; ``auto``:
+    2). device: where the batches go; a CUDA device turns on pinned memory. Iterate the loader once per epoch,
+    after ``dataset.set_epoch``.
     """
+    workers = 0 if workers == AUTO else workers  # nothing measured here: in this process
+    prefetch = DEFAULT_PREFETCH if prefetch == AUTO else prefetch
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
-        raise ClipflowError(f"train.loader_workers must be an integer >= 0, got {workers!r}")
+        raise ClipflowError(f"train.loader_workers must be auto or an integer >= 0, got {workers!r}")
     if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
         raise ClipflowError(f"loader prefetch must be an integer >= 1 (batches per worker), got {prefetch!r}")
     if not isinstance(batch_size, int) or batch_size < 1:

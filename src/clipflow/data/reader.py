@@ -50,7 +50,7 @@ import numpy as np
 from clipflow.data.display import Look, TurnError, display_for
 from clipflow.errors import ClipflowError
 
-DECODERS = ("pyav", "decord")
+DECODERS = ("pyav", "decord", "torchcodec", "nvdec")  # the last two: clipflow.data.torchcodec_reader
 NOT_A_CONTAINER = "not a video file, or one cut short or damaged: no container format reads it"
 
 
@@ -285,6 +285,10 @@ def read_frames(path: Path, indices: list[int], width: int, height: int, decoder
     try:
         if decoder == "decord":
             return _read_with_decord(path, indices, width, height)
+        if decoder in ("torchcodec", "nvdec"):
+            from clipflow.data.torchcodec_reader import read_with_torchcodec
+
+            return read_with_torchcodec(path, indices, width, height, decoder)
         reader = PyAVReader(path, width, height)
         try:
             return reader.get(indices)

@@ -12,6 +12,12 @@ dropped when it is faster, and the duration is kept. Rounding to the nearest slo
 up, matters for timestamps in milliseconds (MKV, WebM: 30 fps is 0, 33, 67, 100 ms):
 rounded up, 67 ms x 30 = 2.01 takes slot 3, and a third of the frames were dropped.
 
+Matched to a recipe (``frame_step`` d > 1, ``data.reencode.match_recipe``): of the fps conversion's frames only
+0, d, 2d, ... are written, at fps / d, so a video holds the frames the recipe's clips read and none of the others
+(:meth:`clipflow.data.sampling.ClipSpec.on_every` maps the clips onto it). Stride 2 at 30 fps is 15 fps, each
+frame the one the 30 fps output shows in its slot: the same moments as the unmatched re-encode's even frames.
+The journal records the step, and :func:`frame_step_of` reads it back for the datasets built on the folder.
+
 Each frame is shown as ffmpeg shows it (:mod:`clipflow.data.display`) and written so:
 a display matrix's turn goes into the pixels (the output has none), and the colours keep
 their look: limited range, the source's matrix if it is BT.709 and BT.601 otherwise,
@@ -25,7 +31,7 @@ import math
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from fractions import Fraction
 from pathlib import Path, PurePosixPath
 
@@ -35,6 +41,7 @@ from tqdm import tqdm
 
 from clipflow.data.display import Display, Look, shown_size
 from clipflow.data.reader import open_video
+from clipflow.data.sampling import ClipSpec
 from clipflow.environment import read_env
 from clipflow.errors import ClipflowError
 from clipflow.files import (
@@ -77,6 +84,7 @@ class ReencodeSpec:
     keyframe_interval: int = 16
     crf: int = 23
     preset: str = "veryfast"
+    frame_step: int = 1  # keep frames 0, frame_step, 2 frame_step, ... of the fps conversion (output fps / step)
 
     def __post_init__(self) -> None:
         if not is_int(self.short_side) or self.short_side <= 0 or self.short_side % 2:
@@ -101,11 +109,31 @@ class ReencodeSpec:
             raise ClipflowError(f"reencode crf must be an integer from 0 (lossless) to 51, got {self.crf!r}")
         if self.preset not in X264_PRESETS:
             raise ClipflowError(f"reencode preset {self.preset!r} is not an x264 preset; use one of {X264_PRESETS}")
+        if not is_int(self.frame_step) or self.frame_step < 1:
+            raise ClipflowError(f"reencode frame_step must be an integer >= 1, got {self.frame_step!r}")
 
     @property
     def rate(self) -> Fraction:
         """The frame rate as an exact fraction; 29.97002997 becomes NTSC's 30000/1001."""
         return Fraction(self.fps).limit_denominator(1001)
+
+    @property
+    def output_rate(self) -> Fraction:
+        """The output's frame rate: :attr:`rate` over the frame step."""
+        return self.rate / self.frame_step
+
+    def matched(self, clip: ClipSpec) -> ReencodeSpec:
+        """This spec for a recipe's clips (``data.reencode.match_recipe``): every ``clip.frame_step``-th frame
+        kept, and a keyframe at least every ``n // 10 + 1`` frames for a clip of ``n`` frames in a row, so that
+        the frames decoded before a clip's first one, ``(interval - 1) / 2`` on average, stay within 5% of it."""
+        in_a_row = clip.on_every(clip.frame_step).skip_length
+        return replace(
+            self, frame_step=clip.frame_step, keyframe_interval=min(self.keyframe_interval, in_a_row // 10 + 1)
+        )
+
+    def recorded(self) -> dict:
+        """The spec as the journal records it; a frame step of 1 left out, as records made before it had one."""
+        return {k: v for k, v in asdict(self).items() if k != "frame_step" or v != 1}
 
     def output_size(self, width: int, height: int) -> tuple[int, int]:
         """(width, height) of the output for a source of width x height; both even."""
@@ -188,7 +216,7 @@ def _add_video_stream(
     keyframes fall exactly on multiples of the interval; keyint_min is raised along
     (x264 caps it at half the interval plus one) so no other rule places one earlier.
     """
-    stream = out.add_stream("libx264", rate=spec.rate)
+    stream = out.add_stream("libx264", rate=spec.output_rate)
     stream.width, stream.height = width, height
     stream.pix_fmt = "yuv420p"
     stream.codec_context.gop_size = spec.keyframe_interval
@@ -207,9 +235,10 @@ def _add_video_stream(
 
 
 def _encode(src: Path, tmp: Path, spec: ReencodeSpec, threads: int) -> tuple[int, int, int]:
-    """Decodes src and writes the re-encoded video (video stream only) to tmp; returns (frames, width, height)."""
-    rate = spec.rate
-    time_base = 1 / rate
+    """Decodes src and writes the re-encoded video (video stream only) to tmp; returns (frames, width, height).
+    Slot k of the fps conversion is output frame k / frame_step when the step divides it, else not written."""
+    rate, step = spec.rate, spec.frame_step
+    time_base = 1 / spec.output_rate
     written = decoded = 0
     with _open_input(src) as source, av.open(str(tmp), mode="w", format="mp4") as out:
         source.streams.video[0].thread_type = "AUTO"
@@ -227,21 +256,24 @@ def _encode(src: Path, tmp: Path, spec: ReencodeSpec, threads: int) -> tuple[int
             last = output_slot(end, rate) - first
             if written >= last:
                 continue  # dropped: the next frame takes the slot this one rounds to
+            kept = range(-(-written // step) * step, last, step)  # the slots of [written, last) the step keeps
+            written = last
+            if not kept:
+                continue
             picture = display(frame)
             picture.time_base = time_base
             # a decoded frame keeps its source picture type, and libx264 turns a source I frame into a
             # forced keyframe; clearing it leaves keyframe placement to the interval alone
             picture.pict_type = PictureType.NONE
-            for k in range(written, last):
-                picture.pts = k
+            for k in kept:
+                picture.pts = k // step
                 out.mux(stream.encode(picture))
-            written = last
         if stream is None:
             raise ValueError("no video frames")
         if decoded < expected:
             raise ValueError(f"truncated: decoded {decoded} of the {expected} frames its index lists")
         out.mux(stream.encode())
-    return written, width, height
+    return -(-written // step), width, height
 
 
 def reencode(src: str | Path, dst: str | Path, spec: ReencodeSpec, threads: int = 0) -> ReencodeResult:
@@ -308,6 +340,21 @@ def _read_journal(dst_root: Path) -> dict[str, dict]:
     return records
 
 
+def frame_step_of(root: str | Path) -> int | None:
+    """The frame step of the videos re-encoded under ``root`` (its journal's records); None when it holds no
+    journal or no video made. One folder holds one step (a changed spec re-encodes every video); raises
+    ClipflowError when its records disagree."""
+    if not (Path(root) / JOURNAL).is_file():
+        return None
+    steps = {record["spec"].get("frame_step", 1) for record in _read_journal(Path(root)).values() if "spec" in record}
+    if len(steps) > 1:
+        raise ClipflowError(
+            f"{Path(root) / JOURNAL} records videos re-encoded with frame steps {sorted(steps)}: a clip cannot be "
+            "sampled the same way on all of them; rerun the re-encode (it makes every video with one setting)"
+        )
+    return steps.pop() if steps else None
+
+
 def _write_journal(dst_root: Path, records: dict[str, dict]) -> None:
     """Rewrites the journal with one line per output, dropping the lines later ones replaced."""
     write_text_atomic(dst_root / JOURNAL, "".join(json.dumps(r) + "\n" for r in records.values()))
@@ -315,7 +362,7 @@ def _write_journal(dst_root: Path, records: dict[str, dict]) -> None:
 
 def _is_up_to_date(src: Path, dst: Path, record: dict | None, spec: ReencodeSpec) -> bool:
     """dst exists, is not older than src and was made with this spec by this VERSION of the re-encode."""
-    if record is None or record.get("version") != VERSION or record.get("spec") != asdict(spec):
+    if record is None or record.get("version") != VERSION or record.get("spec") != spec.recorded():
         return False
     if not dst.exists() or not src.exists():
         return False
@@ -446,7 +493,7 @@ def _run_jobs(
                 record = {
                     "version": VERSION,
                     "dst": rel,
-                    "spec": asdict(spec),
+                    "spec": spec.recorded(),
                     "frames": result.frames,
                     "size": [result.width, result.height],
                 }
@@ -494,7 +541,10 @@ def reencode_lists(lists: list[str | Path], root: str | Path, out_root: str | Pa
     names = output_names(e.path for _, entries in read for e in entries)
     check_out_root([entries for _, entries in read], out_root, names)
     shape = f"{spec.width}x{spec.height}" if spec.width else f"short side {spec.short_side}"
-    log(f"re-encoding to {shape}, {spec.fps} fps, a keyframe every {spec.keyframe_interval} frames, no audio")
+    kept = (
+        f" keeping every {spec.frame_step}th frame ({float(spec.output_rate):.4g} fps)" if spec.frame_step > 1 else ""
+    )
+    log(f"re-encoding to {shape}, {spec.fps} fps{kept}, a keyframe every {spec.keyframe_interval} frames, no audio")
     nothing_from = []
     for i, (path, entries) in enumerate(read):
         results = reencode_tree(entries, root, out_root, spec, workers=workers, names=names)

@@ -11,6 +11,15 @@ For SlowFast, every ``fast_temporal_stride``-th frame of the span feeds the fast
 pathway and every ``slow_temporal_stride``-th the slow one; GluonCV stacks, per
 segment, the fast frames and then the slow ones.
 
+On videos that keep only the frames clips read. A clip reads every ``fast_temporal_stride x new_step``-th frame
+(:attr:`ClipSpec.frame_step`, ``d``), so a re-encode that keeps frames 0, d, 2d, ... of the recipe's rate
+(``data.reencode.match_recipe``) holds a clip in a ``1/d`` as many frames, decoded in a row. The sampler maps the
+recipe onto such a video (:meth:`ClipSpec.on_every`): ``new_length // fast`` frames at step 1, all fast, every
+``slow / fast``-th slow. A clip starting at kept frame ``s'`` reads original frames ``d s' + d j``: the recipe's
+clip starting at ``d s' - (fast - 1) new_step``, frame for frame, fast and slow (but at the last start, where
+GluonCV's walk repeats a frame). Its starts are the recipe's that fall on kept frames (one in ``d``), drawn
+uniformly as the recipe's are; the centre clips of val and test move by less than ``d`` frames.
+
 PySlowFast. The clip covers ``num_frames x sampling_rate`` frames at the target rate
 (30 fps), scaled to the video's own rate; training starts it anywhere, testing starts
 clip ``i`` of ``n`` at ``i / n`` of the slack. ``num_frames`` evenly spaced indices of
@@ -58,6 +67,28 @@ class ClipSpec:
     @property
     def skip_length(self) -> int:
         return self.new_length * self.new_step
+
+    @property
+    def frame_step(self) -> int:
+        """How far apart the frames a clip reads lie: ``fast_temporal_stride x new_step`` (1 with temporal jitter,
+        which may read any frame). A video that keeps every such frame and drops the others holds every clip."""
+        return 1 if self.temporal_jitter else self.fast_temporal_stride * self.new_step
+
+    def on_every(self, step: int) -> ClipSpec:
+        """This clip on a video that keeps frames 0, step, 2 step, ... of the recipe's rate, ``step`` 1 or
+        :attr:`frame_step`: ``new_length // fast_temporal_stride`` frames in a row, every one fast, every
+        ``slow / fast``-th slow. Each clip it draws is one of this spec's, the same frames (see the module)."""
+        if step == 1:
+            return self
+        if step != self.frame_step:
+            jitter = " with temporal jitter" if self.temporal_jitter else ""
+            raise ClipflowError(
+                f"clip sampling: the videos keep one frame in {step} of the rate the recipe is written for, but its "
+                f"clips read one in {self.frame_step}{jitter} (fast_temporal_stride {self.fast_temporal_stride} x "
+                f"new_step {self.new_step}): re-encode them for this recipe (data.reencode.match_recipe) or without it"
+            )
+        fast = self.fast_temporal_stride
+        return ClipSpec(self.new_length // fast, 1, self.num_segments, 1, self.slow_temporal_stride // fast)
 
 
 # -- GluonCV ------------------------------------------------------------------------------------

@@ -68,8 +68,9 @@ class ScanResult:
 def probe(path: Path, decoder: str = "pyav") -> tuple[int, float, int, int]:
     """(frames, fps, width, height as displayed) after decoding every frame with ``decoder``; raises ValueError
     with the reason in the user's words when it cannot (:func:`clipflow.data.reader.open_video`: a decoder's own
-    error text never becomes the reason)."""
-    return _probe_with_pyav(path) if decoder == "pyav" else _probe_with_decord(path)
+    error text never becomes the reason). decord counts with decord; every other decoder numbers frames as
+    PyAV's reader does (torchcodec reads PyAV's numbering), so they count with PyAV."""
+    return _probe_with_decord(path) if decoder == "decord" else _probe_with_pyav(path)
 
 
 def _probe_with_pyav(path: Path) -> tuple[int, float, int, int]:

@@ -24,6 +24,7 @@ from clipflow.evaluate.protocol import protocol_of
 from clipflow.files import check_output_file
 from clipflow.models.builder import build_model
 from clipflow.models.scoring import score_videos
+from clipflow.recipe import check_recipe, fit_to_videos
 from clipflow.safe_load import load_weights_only
 
 WHICH = "is it a model file clipflow wrote (the train stage's model_final.pt or best.pt)?"  # for one that is not
@@ -53,7 +54,7 @@ def load_model(path: str | Path, recipe: dict | None = None) -> tuple[torch.nn.M
         state = load_weights_only(path, "model file")
         if not isinstance(state, dict) or not {"model", "recipe"} <= state.keys():
             raise ClipflowError(f"model file {path} cannot be loaded: it holds no model weights and recipe; {WHICH}")
-        recipe = state["recipe"]
+        recipe = check_recipe(state["recipe"], f"model file {path}'s recipe")  # an older file's: defaults filled
         model = build_model(recipe["model"])
         model.load_state_dict(state["model"])
     except FileNotFoundError:
@@ -95,6 +96,7 @@ def open_list(recipe: dict, list_path: str | Path, root: str | Path, rank: int =
     ...: all by default) is named here, before any scoring. A host with its own disk holds only its workers'
     share."""
     list_path, classes = Path(list_path), recipe["model"]["num_classes"]
+    recipe = fit_to_videos(recipe, root, f"the recipe of {recipe['name']}")
     entries = read_list(list_path)
     for e in entries:
         if not 0 <= e.label < classes:

@@ -67,9 +67,27 @@ def plot_curves(history: list[dict], out: Path) -> Path:
         return _save(fig, out)
 
 
+def wait_share(data_s: float, compute_s: float) -> float:
+    """The share of a worker's time it waited for data: data / (data + compute); 0 when it has no time."""
+    total = data_s + compute_s
+    return data_s / total if total > 0 else 0.0
+
+
+def time_split(history: list[dict]) -> tuple[list[int], list[float], list[float]]:
+    """Every worker's rank, its seconds waiting for data and its compute seconds, summed over the run's epochs; a
+    history from before per-worker figures: rank 0's (the epochs' own data and step times)."""
+    per_worker = [h.get("workers") or [] for h in history]
+    ranks = sorted({w["rank"] for ws in per_worker for w in ws})
+    if not ranks:
+        return [0], [sum(h["data_time"] for h in history)], [sum(h["step_time"] for h in history)]
+    data = [sum(w["data_time"] for ws in per_worker for w in ws if w["rank"] == r) for r in ranks]
+    compute = [sum(w["step_time"] for ws in per_worker for w in ws if w["rank"] == r) for r in ranks]
+    return ranks, data, compute
+
+
 def plot_throughput(history: list[dict], out: Path) -> Path:
     """Clips/s of every worker and of all together against the epoch; each worker's data-loading seconds
-    against its compute seconds over the run."""
+    against its compute seconds over the run, with its share of waiting for data."""
     with plt.rc_context(STYLE):
         fig, (speed, split) = plt.subplots(1, 2, figsize=(WIDTH_IN, 4.0))
         epochs = [h["epoch"] for h in history]
@@ -83,13 +101,9 @@ def plot_throughput(history: list[dict], out: Path) -> Path:
         speed.set_title("throughput (clips/s)")
         _by_epoch(speed)
         speed.legend(fontsize=9)
-        if ranks:
-            data = [sum(w["data_time"] for ws in per_worker for w in ws if w["rank"] == r) for r in ranks]
-            compute = [sum(w["step_time"] for ws in per_worker for w in ws if w["rank"] == r) for r in ranks]
-            labels = [f"worker {r}" for r in ranks]
-        else:  # a history from before per-worker figures: rank 0's
-            data, compute = [sum(h["data_time"] for h in history)], [sum(h["step_time"] for h in history)]
-            labels = ["worker 0"]
+        ranks, data, compute = time_split(history)
+        labels = [f"worker {r}\n{100 * wait_share(d, c):.0f}% waiting"
+                  for r, d, c in zip(ranks, data, compute, strict=True)]  # fmt: skip
         split.barh(labels, compute, color="tab:blue", label="compute (forward, backward, gradient exchange, update)")
         split.barh(labels, data, left=compute, color="tab:orange", label="waiting for data")
         split.set_title("where each worker's time went (s, whole run)")

@@ -27,6 +27,7 @@ from clipflow.report.history import read_history
 from clipflow.report.scaling import scaling_points
 from clipflow.report.tables import MAX_CONFUSION_CELLS, confusion_table, pairs, table
 from clipflow.textfile import read_json_object
+from clipflow.train.loader_sizing import LoaderChoice
 from clipflow.train.restarts import read_attempts
 
 OWN_FILES = (
@@ -194,9 +195,29 @@ def _throughput(history: list[dict], out: Path) -> str:
     part = "<h2>Throughput</h2>" + _figure(figures.plot_throughput(history, out / "throughput.png"), "throughput")
     workers = history[-1].get("workers") or []
     if workers:
-        part += table(["worker", "clips/s (last epoch)", "data s", "compute s"],
-                      [[w["rank"], w["clips_per_s"], w["data_time"], w["step_time"]] for w in workers])  # fmt: skip
+        ranks, data, compute = figures.time_split(history)
+        whole = {r: 100 * figures.wait_share(d, c) for r, d, c in zip(ranks, data, compute, strict=True)}
+        part += table(["worker", "clips/s (last epoch)", "data s", "compute s", "waiting for data (%)",
+                       "waiting, whole run (%)", "loader"],
+                      [[w["rank"], w["clips_per_s"], w["data_time"], w["step_time"],
+                        100 * figures.wait_share(w["data_time"], w["step_time"]), whole.get(w["rank"]),
+                        _loader(w.get("loader"))] for w in workers])  # fmt: skip
+        part += ('<p class="caption">Waiting for data: the share of a worker\'s time spent waiting for its next '
+                 "batch, data / (data + compute). Loader: each worker's loader processes, prefetch and decode threads, "
+                 "as the recipe gives them or sized at its start from its measured decode and step times "
+                 "(train.loader_workers auto).</p>")  # fmt: skip
     return part
+
+
+def _loader(record: object) -> str | None:
+    """A worker's loader as its epoch record keeps it (clipflow.train.loader_sizing), in words; None in a history
+    from before it was recorded."""
+    if not isinstance(record, dict):
+        return None
+    try:
+        return LoaderChoice.from_record(record).describe()
+    except (TypeError, ValueError):  # not the trainer's record
+        return None
 
 
 def _scaling(results: Path | None, recipe: str, batch_size: int | None, out: Path) -> str:

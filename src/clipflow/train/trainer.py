@@ -42,6 +42,7 @@ from clipflow.train.comm import DDPComm, PSComm
 from clipflow.train.faults import FaultInjector
 from clipflow.train.init_from import start_from
 from clipflow.train.job import TrainJob
+from clipflow.train.loader_sizing import LoaderChoice, size_loader
 from clipflow.train.precise_bn import PreciseBN, batch_order, recompute
 from clipflow.train.progress import TensorBoardScalars, epoch_bar, progress_interval
 from clipflow.train.resume_check import check_resume, job_facts, listed_iterations
@@ -264,8 +265,7 @@ class Trainer:
         keys = [key for lane in mine for _, key in lane] + [0]
         dataset = build_dataset(self.recipe, where, self.paths.root, "train", self.seed, entries=entries, keys=keys)
         sampler = LaneSampler()
-        t = self.recipe["train"]
-        other = make_loader(dataset, self.batch_size, sampler, t["loader_workers"], t["loader_prefetch"],
+        other = make_loader(dataset, self.batch_size, sampler, self.loader.workers, self.loader.prefetch,
                             device=self.device, persistent=False)  # fmt: skip
         at, out = 0, []
         for lane in mine:
@@ -382,15 +382,18 @@ class Trainer:
 
     def _global_metrics(self, mine: Totals, speed: tuple[int, float, float, float]) -> tuple[float, float, list[dict]]:
         """Collective: the epoch's loss and top-1 over all workers, and every worker's own speed (its row of
-        (clips, seconds, data seconds, compute seconds), the others' rows zero before the sum)."""
-        rows = torch.zeros(self.num_workers, 4)  # float32, as every back end sums it
-        rows[self.rank] = torch.tensor([float(v) for v in speed])
+        (clips, seconds, data seconds, compute seconds) and its loader (LoaderChoice.words), the others' rows zero
+        before the sum)."""
+        width = 4 + LoaderChoice.WORDS
+        rows = torch.zeros(self.num_workers, width)  # float32, as every back end sums it
+        rows[self.rank] = torch.tensor([float(v) for v in speed] + self.loader.words())
         totals = torch.cat([torch.tensor([mine.loss_sum, float(mine.correct), float(mine.count)]), rows.view(-1)])
         self.comm.all_sum("metrics", totals)
         workers = [
-            {"rank": r, "clips_per_s": float(c / s) if s else 0.0, "data_time": float(d), "step_time": float(t)}
-            for r, (c, s, d, t) in enumerate(totals[3:].view(self.num_workers, 4))
-        ]
+            {"rank": r, "clips_per_s": float(c / s) if s else 0.0, "data_time": float(d), "step_time": float(t),
+             "loader": LoaderChoice.from_words([float(w) for w in words]).record()}
+            for r, (c, s, d, t, *words) in enumerate(totals[3:].view(self.num_workers, width).tolist())
+        ]  # fmt: skip
         return float(totals[0] / totals[2]), float(totals[1] / totals[2]), workers
 
     def _validate(self) -> dict:
@@ -411,7 +414,7 @@ class Trainer:
         count = self.layout.accumulate * self.part_length  # the clips this worker trains
         order = batch_order(count, b, t["precise_bn_batches"], (self.seed, self.rank, epoch))
         self.dataset.set_epoch(epoch)  # the epoch's draws, as its training had
-        loader = make_loader(self.dataset, b, order, t["loader_workers"], t["loader_prefetch"], device=self.device,
+        loader = make_loader(self.dataset, b, order, self.loader.workers, self.loader.prefetch, device=self.device,
                              persistent=False)  # fmt: skip
 
         def forward(*inputs: torch.Tensor) -> torch.Tensor:
@@ -506,9 +509,11 @@ class Trainer:
 
     def run(self) -> None:
         start_epoch, step, resume_iteration = self._resume_state()
-        t = self.recipe["train"]
+        # the loader's processes, prefetch and decode threads: the recipe's, or measured (clipflow.train.loader_sizing)
+        self.loader = size_loader(self.recipe["train"], self.dataset, self.recipe)
+        self.log(f"loader: {self.loader.describe()}")  # every worker's own (the launcher names the worker)
         # one loader for the run: its workers (if any) persist, and each index carries the dataset's epoch
-        loader = make_loader(self.dataset, self.batch_size, self.sampler, t["loader_workers"], t["loader_prefetch"],
+        loader = make_loader(self.dataset, self.batch_size, self.sampler, self.loader.workers, self.loader.prefetch,
                              device=self.device)  # fmt: skip
         self.board = (
             TensorBoardScalars(self.paths.tensorboard, step) if self.paths.tensorboard and self.rank == 0 else None
