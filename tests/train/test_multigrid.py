@@ -26,81 +26,15 @@ from clipflow.train.multigrid import (
 from clipflow.train.schedule import Schedule
 
 BOTH = MultigridSettings(long_cycle=True, short_cycle=True)
-FRACTIONS = [0.0, 0.25, 0.5, 0.999]  # of each epoch, where the lrs are compared
-CLIPS = [0, 7, 100, 1000]  # one worker's clips in an epoch, for its batches
 
 
-def case(
-    name,
-    settings,
-    *,
-    frames,
-    crop,
-    batch,
-    gpus,
-    stride,
-    epochs,
-    mode="step",
-    decays=(),
-    decay=0.1,
-    lr=0.1,
-    warmup=0.0,
-    warmup_lr=0.0,
-    jitter=(256, 320),
-    recipe=None,
-):
-    """One case: clipflow's plan and the PySlowFast config it corresponds to (TRAIN.BATCH_SIZE = batch per worker x
-    GPUs; SOLVER.STEPS = [0] + decay epochs, or [0, epochs] for a recipe without them)."""
-    plan = multigrid_plan(
-        settings,
-        frames=frames,
-        crop=crop,
-        batch_size=batch,
-        stride=stride,
-        epochs=epochs,
-        lr_mode=mode,
-        lr_decay_epoch=decays,
-        lr_decay=decay,
-    )
-    steps = [0, *decays] if mode == "step" and decays else [0, epochs]
-    mg = {
-        "EPOCH_FACTOR": settings.epoch_factor,
-        "LONG_CYCLE_FACTORS": [list(p) for p in settings.long_cycle_factors],
-        "SHORT_CYCLE_FACTORS": list(settings.short_cycle_factors),
-        "BN_BASE_SIZE": settings.bn_base_size,
-        "EVAL_FREQ": settings.eval_freq,
-    }
-    reference = {
-        "name": name,
-        "num_frames": frames,
-        "sampling_rate": stride,
-        "crop": crop,
-        "jitter": list(jitter),
-        "batch": batch * gpus,
-        "num_gpus": gpus,
-        "steps": steps,
-        "max_epoch": epochs,
-        "policy": "steps_with_relative_lrs" if mode == "step" else "cosine",
-        "lrs": [decay**i for i in range(len(steps))],
-        "gamma": decay,
-        "base_lr": lr,
-        "warmup_epochs": float(warmup),
-        "warmup_start_lr": warmup_lr,
-        "long": settings.long_cycle,
-        "short": settings.short_cycle,
-        "multigrid": mg,
-        "clips": CLIPS,
-        "fractions": FRACTIONS,
-        "patch_long_only": settings.long_cycle and not settings.short_cycle,
-    }
-    return {
-        "plan": plan,
-        "reference": reference,
-        "lr": (lr, float(warmup), warmup_lr),
-        "mode": mode,
-        "jitter": jitter,
-        "recipe": recipe,
-    }
+def case(settings, *, frames, crop, batch, stride, epochs, mode="step", decays=(), decay=0.1, recipe=None, **config):
+    """One case: clipflow's plan of a PySlowFast config (TRAIN.BATCH_SIZE = batch per worker x GPUs; SOLVER.STEPS =
+    [0] + decay epochs, or [0, epochs] for a recipe without them). ``config``: the rest of the config (GPUs, lr,
+    warm-up, scale jitter), which the schedule does not read."""
+    plan = multigrid_plan(settings, frames=frames, crop=crop, batch_size=batch, stride=stride, epochs=epochs,
+                          lr_mode=mode, lr_decay_epoch=decays, lr_decay=decay)  # fmt: skip
+    return {"plan": plan, "epochs": epochs, "recipe": recipe, **config}
 
 
 ODD = MultigridSettings(True, True, 2.0, ((0.5, 0.75), (1, 1)), (0.5, 0.75), bn_base_size=4, eval_freq=2)
@@ -154,7 +88,7 @@ SPECS = {
         },
     ),
 }
-CASES = {name: case(name, settings, **kwargs) for name, (settings, kwargs) in SPECS.items()}
+CASES = {name: case(settings, **kwargs) for name, (settings, kwargs) in SPECS.items()}
 
 
 def test_kinetics_numbers():
@@ -195,7 +129,7 @@ def test_run_is_epoch_factor_times_the_recipe():
         plan = c["plan"]
         ends = [s.end_epoch for s in plan.stages]
         assert ends == sorted(ends) and ends[-1] == plan.epochs
-        assert abs(plan.epochs - c["reference"]["max_epoch"] * plan.settings.epoch_factor) <= 0.5, name
+        assert abs(plan.epochs - c["epochs"] * plan.settings.epoch_factor) <= 0.5, name
     # the short cycle alone stretches the epochs and the decay epochs, truncated
     assert CASES["tiny_short_only"]["plan"].lr_steps == (0, 30, 37) and CASES["tiny_short_only"]["plan"].epochs == 45
 
