@@ -13,8 +13,9 @@ from helpers import clipflow_here, free_port, python_env
 from clipflow.data.listfile import VideoEntry, read_list, write_list
 from clipflow.data.scan import scan
 
-TINY = {
-    "train": {"epochs": 1, "batch_size": 2, "warmup_epochs": 0},
+TINY = {  # loader_workers 0: no sizing and no loader processes at each of the suite's launches (test_launch's
+    # first test trains with the default, auto)
+    "train": {"epochs": 1, "batch_size": 2, "warmup_epochs": 0, "loader_workers": 0},
     "data": {"new_length": 8, "new_width": 42, "new_height": 32, "input_size": 32},
 }
 

@@ -16,7 +16,7 @@ TINY = {
         "synthetic": {"num_train": 24, "num_val": 16, "min_frames": 24, "max_frames": 40, "short_side": 64},
     },
     "overrides": {
-        "train": {"epochs": 3, "batch_size": 4, "save_frequency": 1, "warmup_epochs": 0},
+        "train": {"epochs": 3, "batch_size": 4, "save_frequency": 1, "warmup_epochs": 0, "loader_workers": 0},
         "data": {"new_length": 16, "new_width": 42, "new_height": 32, "input_size": 32},
     },
 }

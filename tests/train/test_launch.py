@@ -69,7 +69,8 @@ def test_a_worker_whose_checkpoint_finds_the_disk_full_ends_the_run_in_one_line_
 
 def test_two_workers_train_one_epoch_and_write_the_model(tmp_path, tiny_videos):
     splits = two_splits(tmp_path, tiny_videos)
-    done = launch(tmp_path, tiny_videos, splits)
+    default_loader = {**TINY, "train": {k: v for k, v in TINY["train"].items() if k != "loader_workers"}}
+    done = launch(tmp_path, tiny_videos, splits, overrides=default_loader)
     assert done.returncode == 0, done.stdout + done.stderr
     history = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [h["epoch"] for h in history] == [1] and history[0]["step"] == 2

@@ -82,8 +82,8 @@ def test_measuring_leaves_every_random_stream_and_the_dataset_as_they_were(monke
         random.random()
         return 0.25
 
-    monkeypatch.setattr("clipflow.cluster.prediction.time_step", time_step)
-    recipe = load_recipe("slowfast_tiny_synthetic", TINY)
+    monkeypatch.setattr("clipflow.models.step_timing.time_step", time_step)
+    recipe = load_recipe("slowfast_tiny_synthetic", {**TINY, "train": {**TINY["train"], "loader_workers": "auto"}})
     dataset = Counted()
     torch.manual_seed(5)
     np.random.seed(5)

@@ -42,7 +42,9 @@ from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 
 from clipflow.environment import read_env
 from clipflow.errors import ClipflowError
-from clipflow.train.loader_sizing import AUTO, DEFAULT_PREFETCH
+
+AUTO = "auto"  # train.loader_workers / loader_prefetch: sized from measurements (clipflow.train.loader_sizing)
+DEFAULT_PREFETCH = 2  # batches ahead a loader process keeps when nothing sizes it
 
 
 class WorkerFailure:

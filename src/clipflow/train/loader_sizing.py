@@ -11,7 +11,7 @@ training list (its dataset, its torch threads):
   stack: ``collate``; on one torch thread), one batch untimed (file cache, allocator), then :data:`TIMED_BATCHES`
   timed, their mean;
 - step: one forward and backward pass of the recipe's model at the per-worker batch
-  (:func:`clipflow.cluster.prediction.time_step`, the link check's own timing: a model of its own, built from the
+  (:func:`clipflow.models.step_timing.time_step`, the link check's own timing: a model of its own, built from the
   recipe, on random clips of the recipe's shape, one untimed pass then the median of the next two, within
   :data:`STEP_BOUND_S`). The gradient exchange and the update are not in it, so the step it gives is shorter than
   training's: the loader comes out larger, never smaller. The link check's figure, where one ran, is not reused:
@@ -57,8 +57,6 @@ from typing import Any
 
 from clipflow.errors import ClipflowError
 
-AUTO = "auto"  # the setting's word for sizing from measurements
-DEFAULT_PREFETCH = 2  # loader_prefetch auto with a given loader_workers
 NEGLIGIBLE = 0.05  # decoding under 5% of decode + step: in the training process
 MARGIN = 2.0  # loader processes decode a batch in at most half a step
 MAX_PREFETCH = 4
@@ -149,6 +147,8 @@ def wanted_workers(decode_s: float | None, step_s: float | None) -> int:
 def choose(decode_s: float, step_s: float, batch: int, cores: int) -> LoaderChoice:
     """The rule (see the module) for a batch of ``batch`` decoded in ``decode_s`` and a step of ``step_s`` seconds,
     with ``cores`` for this worker."""
+    from clipflow.data.loader import DEFAULT_PREFETCH
+
     cores = max(1, cores)
     workers = min(wanted_workers(decode_s, step_s), cores)
     prefetch = DEFAULT_PREFETCH
@@ -223,9 +223,9 @@ def measure_decode(dataset: Any, batch: int) -> float:
 
 
 def measure_step(recipe: dict) -> float:
-    """Seconds of a forward and backward pass at the recipe's per-worker batch (clipflow.cluster.prediction's
+    """Seconds of a forward and backward pass at the recipe's per-worker batch (clipflow.models.step_timing's
     time_step: a model of its own, random clips; it draws from the random generators, which the caller keeps)."""
-    from clipflow.cluster.prediction import time_step
+    from clipflow.models.step_timing import time_step
 
     return time_step(recipe, STEP_BOUND_S)
 
@@ -234,6 +234,8 @@ def size_loader(train: dict, dataset: Any, recipe: dict, cores: int | None = Non
     """A training worker's loader for the recipe's ``train`` settings (``loader_workers``, ``loader_prefetch``):
     the given numbers, or with ``auto`` measured on ``dataset`` (the worker's training items) and ``recipe``'s model
     and chosen by :func:`choose`; a given prefetch is kept either way."""
+    from clipflow.data.loader import AUTO, DEFAULT_PREFETCH
+
     workers, prefetch = train.get("loader_workers", 0), train.get("loader_prefetch", DEFAULT_PREFETCH)
     batch = train["batch_size"]
     if workers != AUTO:
