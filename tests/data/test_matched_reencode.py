@@ -113,7 +113,8 @@ def test_a_folder_of_videos_kept_at_two_steps_or_a_recipe_they_do_not_fit_is_ref
         fit_to_videos(recipe, mixed, "recipe slowfast_tiny_synthetic")
     assert str(err.value) == (
         f"{mixed / JOURNAL} records videos re-encoded with frame steps [1, 2]: a clip cannot be sampled the same "
-        "way on all of them; rerun the re-encode (it makes every video with one setting)"
+        "way on all of them; re-encode every video of the folder with one setting, or give each setting a folder of "
+        "its own (data.dir)"
     )
     jittered = load_recipe("slowfast_tiny_synthetic", {"data": {"new_step": 2, "temporal_jitter": True}})
     with pytest.raises(ClipflowError) as err:

@@ -13,7 +13,8 @@ from helpers import python_env
 from launch_helpers import launch, two_splits
 
 # lr 0.002 at this test's global batch of 32 (2 workers x 16): enough to learn the synthetic set in 6 epochs
-SMALL = {"train": {"epochs": 6, "batch_size": 16, "base_lr": 0.002, "base_batch": 32, "eval_batch_size": 50}}
+SMALL = {"train": {"epochs": 6, "batch_size": 16, "base_lr": 0.002, "base_batch": 32, "eval_batch_size": 50,
+                   "loader_workers": 0}}  # fmt: skip
 
 
 def test_resnet18_cifar10_learns_on_ps_and_ddp_to_the_same_weights_and_evaluates(tmp_path, cifar):

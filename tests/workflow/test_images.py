@@ -20,7 +20,16 @@ CONFIG = {
         "dir": "results/data/cifar",
         "synthetic": {"num_train": 200, "num_val": 50},
     },
-    "overrides": {"train": {"epochs": 2, "batch_size": 16, "base_lr": 0.002, "base_batch": 32, "eval_batch_size": 50}},
+    "overrides": {
+        "train": {
+            "epochs": 2,
+            "batch_size": 16,
+            "base_lr": 0.002,
+            "base_batch": 32,
+            "eval_batch_size": 50,
+            "loader_workers": 0,
+        }
+    },  # fmt: skip
     "train": {"backend": "ddp"},
 }
 

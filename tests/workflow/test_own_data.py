@@ -39,7 +39,7 @@ QUICK = {
             "test_clips": 1,
             "test_crops": 1,
         },
-        "train": {"epochs": 1},
+        "train": {"epochs": 1, "loader_workers": 0},  # no loader sizing: the README's own-videos test keeps auto
     },
     "cluster": {"num_workers": 1},
     "train": {"backend": "ddp"},

@@ -350,7 +350,8 @@ def frame_step_of(root: str | Path) -> int | None:
     if len(steps) > 1:
         raise ClipflowError(
             f"{Path(root) / JOURNAL} records videos re-encoded with frame steps {sorted(steps)}: a clip cannot be "
-            "sampled the same way on all of them; rerun the re-encode (it makes every video with one setting)"
+            "sampled the same way on all of them; re-encode every video of the folder with one setting, or give "
+            "each setting a folder of its own (data.dir)"
         )
     return steps.pop() if steps else None
 
