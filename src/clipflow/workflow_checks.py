@@ -8,6 +8,7 @@ from clipflow.hosts.hostsfile import Host, hosts_from_config, read_hosts_file
 from clipflow.hosts.plan import check_reachable, check_roles_per_host
 from clipflow.hosts.slurm_resources import slurm_nodes
 from clipflow.recipe import check_span
+from clipflow.train.multigrid import check_multigrid
 
 
 def check_config_with_recipe(config: dict, recipe: dict, recipe_name: str) -> None:
@@ -16,6 +17,10 @@ def check_config_with_recipe(config: dict, recipe: dict, recipe_name: str) -> No
     plan's hosts can reach each other (by their names: the addresses are the plan's to find). ClipflowError naming
     the keys."""
     data, cluster = config["data"], config["cluster"]
+    try:
+        check_multigrid(recipe)
+    except ClipflowError as exc:
+        raise ClipflowError(f"recipe {recipe_name}: {exc}") from None
     if data["source"] == "synthetic":
         synthetic = data["synthetic"]
         if synthetic["min_frames"] > synthetic["max_frames"]:

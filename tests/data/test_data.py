@@ -8,7 +8,7 @@ import pytest
 from disk_helpers import PAGE, files_on, fill, full_message
 from helpers import assert_refused, clipflow
 
-from clipflow.data.dataset import SlowFastClips
+from clipflow.data.dataset import ClipShape, SlowFastClips
 from clipflow.data.listfile import VideoEntry, read_list, write_list
 from clipflow.data.sampling import ClipSpec, slowfast_indices, span_indices, train_offsets, val_offsets
 from clipflow.data.scan import scan, write_index
@@ -133,6 +133,20 @@ def test_clip_shapes_and_determinism(tiny_videos, tmp_path):
     assert (again == slow).all()
     ds.set_epoch(1)
     assert not (ds[3][1] == fast).all()
+
+    # a multigrid step's shape (clipflow.train.multigrid): 4 fast frames every 2nd to 4th frame, cropped to 23
+    shape = ClipShape(frames=4, crop=23, least_stride=2, stride=4)
+    slow, fast, _ = ds[(3, shape)]
+    assert slow.shape == (3, 1, 23, 23) and fast.shape == (3, 4, 23, 23)
+    strides = set()
+    for index in range(len(ds)):
+        plan = ds.plan(index, shape)
+        steps = {b - a for a, b in zip(plan.fast, plan.fast[1:], strict=False)}
+        assert len(plan.fast) == 4 and len(plan.slow) == 1 and plan.slow[0] in plan.fast and len(steps) <= 1, plan
+        strides |= steps
+    assert strides == {2, 3, 4}  # drawn per clip over the stage's range (videos of 24-40 frames: no clamping)
+    same = ClipShape(frames=8, crop=23, least_stride=2, stride=2)  # the recipe's frames: only the crop differs
+    assert (ds.plan(3, same).fast, ds.plan(3, same).box) == (ds.plan(3).fast, ds.plan(3).box)
 
 
 def test_gluoncv_offsets_and_slowfast_layout():

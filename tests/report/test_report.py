@@ -14,7 +14,7 @@ from report_helpers import CHROMIUM, TAB_BLUE, colour_columns, embedded_figures,
 
 from clipflow.errors import ClipflowError
 from clipflow.report.compare import comparisons
-from clipflow.report.page import ReportInputs, _throughput, write_report
+from clipflow.report.page import ReportInputs, _multigrid, _throughput, write_report
 from clipflow.report.scaling import scaling_points
 from clipflow.train.loader_sizing import LoaderChoice, choose
 
@@ -296,3 +296,31 @@ def test_a_failed_all_reduce_is_shown_with_its_note(tmp_path):
     section = page.split(">Links</h3>", 1)[1]
     assert "All-reduce across all workers (ps dist_sync_device): all-reduce failed: scheduler 0 on h1 failed" in section
     assert "cannot listen on port 9091" in section and "bus Gbit/s" not in section
+
+
+def test_a_multigrid_run_shows_its_cycle_a_row_per_long_cycle_stage(tmp_path):
+    history = [epoch_record(e, 2, 8.0) for e in (1, 2, 3)]
+    shapes = [(0, 4, 23, [2, 4], 4, 2, 2, 3), (0, 4, 23, [2, 4], 4, 2, 2, 3), (1, 8, 32, [2, 2], 2, 1, 1, 6)]
+    for record, (stage, frames, crop, stride, clips, splits, factor, steps) in zip(history, shapes, strict=True):
+        record["multigrid"] = {
+            "stage": stage,
+            "frames": frames,
+            "crop": crop,
+            "stride": stride,
+            "clips": clips,
+            "bn_splits": splits,
+            "lr_factor": factor,
+            "steps": steps,
+            "short_cycle": True,
+        }
+        record["epoch_time"] = 10.0 * stage + 5.0
+    part = _multigrid(history)
+    assert (
+        "<td>0</td><td>1-2</td><td>4 x 23²</td><td>2-4</td><td>4</td><td>2</td><td>2</td><td>6</td><td>10.00</td>"
+        in part
+    )
+    assert (
+        "<td>1</td><td>3</td><td>8 x 32²</td><td>2-2</td><td>2</td><td>1</td><td>1</td><td>6</td><td>15.00</td>" in part
+    )
+    assert "short cycle" in part
+    assert _multigrid([epoch_record(1, 2, 8.0)]) == ""  # no multigrid: no section

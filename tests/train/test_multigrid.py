@@ -13,12 +13,19 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
+from helpers import assert_refused
+from launch_helpers import TINY as TINY_LAUNCH
+from launch_helpers import launch, two_splits
+from torch.nn import functional as F
 
 from clipflow.errors import ClipflowError
 from clipflow.recipe import load_recipe
+from clipflow.train.bn_groups import BatchNormGroups
 from clipflow.train.multigrid import (
     MultigridSettings,
     Stage,
+    check_multigrid,
     long_cycle_schedule,
     multigrid_plan,
     plan_for_recipe,
@@ -271,3 +278,81 @@ def test_stages_are_what_the_long_cycle_runs():
         i for i, s in enumerate(plan.stages) if s.end_epoch > (plan.stages[i - 1].end_epoch if i else 0)
     }
     assert plan.stage_at(plan.epochs + 5) == len(plan.stages) - 1
+
+
+# -- wired into training: the checks where a job is made, BatchNorm in groups, clips of a step's shape -----------
+
+MG = {"long_cycle": True, "short_cycle": True}
+
+
+def tiny(train=None, data=None, model=None, multigrid=None):
+    overrides = {"train": {"multigrid": {**MG, **(multigrid or {})}, **(train or {})}, "data": data or {},
+                 "model": model or {}}  # fmt: skip
+    return load_recipe("slowfast_tiny_synthetic", overrides)
+
+
+@pytest.mark.parametrize(
+    "recipe, message",
+    [
+        (lambda: tiny({"accumulate": 2}), "train.multigrid with train.accumulate 2"),
+        (lambda: tiny({"compile": True}), "train.multigrid with train.compile"),
+        (lambda: tiny(data={"videos_keep_every": 2}), "keep one frame in 2 (data.reencode.match_recipe)"),
+        (lambda: tiny(data={"new_length": 8}), "long-cycle stage 0 takes 1 fast-pathway frames"),
+        (
+            lambda: tiny({"batch_size": 2}, multigrid={"long_cycle_factors": [[1, 1]]}),
+            "stage 0 runs 2 clips per worker, fewer than bn_base_size 8",
+        ),
+        (lambda: load_recipe("resnet18_cifar10", {"train": {"multigrid": MG}}), "this recipe trains images"),
+    ],
+)
+def test_a_recipe_multigrid_cannot_train_is_refused_naming_the_setting(recipe, message):
+    with pytest.raises(ClipflowError) as refused:
+        check_multigrid(recipe())
+    assert message in str(refused.value)
+
+
+def test_a_bad_multigrid_section_is_refused_by_the_recipe_schema():
+    with pytest.raises(ClipflowError) as refused:
+        tiny(multigrid={"long_cycles": True})
+    assert "long_cycles" in str(refused.value)
+    with pytest.raises(ClipflowError) as refused:
+        tiny(multigrid={"short_cycle_factors": [0.5]})
+    assert "short_cycle_factors" in str(refused.value)
+    assert check_multigrid(load_recipe("slowfast_tiny_synthetic")) is None  # off unless a cycle is on
+
+
+def test_the_launch_refuses_such_a_recipe_before_any_worker(tmp_path, tiny_videos, capsys):
+    splits = two_splits(tmp_path, tiny_videos)
+    overrides = {**TINY_LAUNCH, "train": {**TINY_LAUNCH["train"], "multigrid": MG}}  # 8 frames: the slow gets none
+    done = launch(tmp_path, tiny_videos, splits, overrides=overrides, here=capsys)
+    assert_refused(done, "long-cycle stage 0 takes 1 fast-pathway frames", "long_cycle_factors")
+    assert not (tmp_path / "logs" / "worker-0.log").exists()
+
+
+def test_batchnorm_in_groups_normalises_each_group_alone_and_merges_the_running_statistics():
+    torch.manual_seed(0)
+    layer = torch.nn.BatchNorm3d(4)
+    with torch.no_grad():
+        layer.weight.uniform_(0.5, 1.5)
+        layer.bias.uniform_(-1, 1)
+    x = torch.randn(8, 4, 2, 3, 3) * torch.arange(1, 9).view(8, 1, 1, 1, 1)  # groups of other spreads
+    groups = BatchNormGroups(layer)
+    groups.use(2)
+    y = layer(x)
+    for j in range(2):  # clip i is in group i % 2
+        alone = F.batch_norm(x[j::2], None, None, layer.weight, layer.bias, True, 0.0, layer.eps)
+        assert torch.allclose(y[j::2], alone, atol=1e-5)
+    var, mean = torch.var_mean(x.reshape(4, 8, 2, 3, 3), dim=(0, 2, 3, 4), correction=1)
+    mean, var = mean.view(2, 4), var.view(2, 4)
+    merged_var = var.mean(0) + ((mean - mean.mean(0)) ** 2).mean(0)
+    assert torch.allclose(layer.running_mean, 0.1 * mean.mean(0), atol=1e-6)
+    assert torch.allclose(layer.running_var, 0.9 + 0.1 * merged_var, atol=1e-5)
+    assert int(layer.num_batches_tracked) == 1
+    layer.eval()
+    assert torch.equal(layer(x), F.batch_norm(x, layer.running_mean, layer.running_var, layer.weight, layer.bias,
+                                              False, 0.1, layer.eps))  # fmt: skip
+    layer.train()
+    with pytest.raises(ClipflowError, match="in 2 groups got a batch of 5 clips"):
+        layer(x[:5])
+    groups.use(1)
+    assert "forward" not in vars(layer)  # the class's own forward again

@@ -62,6 +62,20 @@ class ClipPlan:
     crop_index: int = 0
 
 
+@dataclass(frozen=True)
+class ClipShape:
+    """A training clip of another shape than the recipe's (multigrid, clipflow.train.multigrid): ``frames``
+    fast-pathway frames read every sigma-th frame of the span, sigma drawn per clip from ``least_stride`` to
+    ``stride`` (the recipe's fast_temporal_stride when ``frames`` is the recipe's), the slow pathway every
+    alpha-th of them, cropped as the recipe crops but resized to ``crop`` x ``crop``. A training item's key
+    ``(index, shape)`` asks for it."""
+
+    frames: int
+    crop: int
+    least_stride: int
+    stride: int
+
+
 def needed_frames(plans: list[ClipPlan]) -> list[int]:
     """The sorted union of the frames the clips read: what one decode fetches."""
     return sorted({f for p in plans for f in (*p.fast, *p.slow)})
@@ -164,8 +178,9 @@ class SlowFastClips(Dataset):
         chunks = testing_offsets(num_frames, replace(self.clip, num_segments=n * self.clip.num_segments))
         return [[int(o) for o in chunks[i::n]] for i in range(n)]
 
-    def plan(self, index: int) -> ClipPlan:
-        """The frames item ``index`` reads in this epoch and its crop, without decoding anything.
+    def plan(self, index: int, shape: ClipShape | None = None) -> ClipPlan:
+        """The frames item ``index`` reads in this epoch and its crop, without decoding anything; with ``shape``
+        (training), a clip of that shape instead of the recipe's.
 
         In test mode an item has test_clips x test_crops views: this answers only when that is 1.
         """
@@ -179,9 +194,10 @@ class SlowFastClips(Dataset):
         entry = self.entries[index]
         frames_total = int(entry.num_frames or 0)
         rng = np.random.default_rng([self.seed, self.epoch, index if self.keys is None else self.keys[index]])
-        offsets = offsets_for(self.mode, frames_total, self.clip, rng)
-        jitter = skip_offsets(self.clip, rng) if self.clip.temporal_jitter and self.mode == "train" else None
-        fast, slow = slowfast_indices(offsets, frames_total, self.clip, jitter)
+        clip = self.clip if shape is None else self._shaped_clip(shape, rng)
+        offsets = offsets_for(self.mode, frames_total, clip, rng)
+        jitter = skip_offsets(clip, rng) if clip.temporal_jitter and self.mode == "train" else None
+        fast, slow = slowfast_indices(offsets, frames_total, clip, jitter)
         height, width = self.new_height, self.new_width
         if self.mode == "train":
             box = train_crop_box(height, width, self.transform, rng)
@@ -189,6 +205,16 @@ class SlowFastClips(Dataset):
         else:
             box, flip = center_crop_box(height, width, self.transform.input_size), False
         return ClipPlan([int(o) for o in offsets], jitter, fast, slow, box, flip)
+
+    def _shaped_clip(self, shape: ClipShape, rng: np.random.Generator) -> ClipSpec:
+        """The recipe's sampling for a clip of ``shape``'s frames, its stride drawn from ``rng`` (see ClipShape)."""
+        clip = self.clip
+        if shape.frames == clip.new_length // clip.fast_temporal_stride and shape.least_stride == shape.stride:
+            return clip  # the recipe's frames: only the crop differs
+        stride = int(rng.integers(shape.least_stride, shape.stride + 1))
+        alpha = clip.slow_temporal_stride // clip.fast_temporal_stride
+        return replace(clip, new_length=shape.frames * stride, fast_temporal_stride=stride,
+                       slow_temporal_stride=stride * alpha)  # fmt: skip
 
     def plans(self, index: int) -> list[ClipPlan]:
         """Every clip item ``index`` reads, in output order: its views in test mode, else ``[plan(index)]``."""
@@ -202,7 +228,8 @@ class SlowFastClips(Dataset):
             views += [ClipPlan(offsets, None, fast, slow, box, False, i, j) for j, box in enumerate(boxes)]
         return views
 
-    def assemble(self, video: torch.Tensor, decoded: list[int], plan: ClipPlan) -> tuple[torch.Tensor, torch.Tensor]:
+    def assemble(self, video: torch.Tensor, decoded: list[int], plan: ClipPlan,
+                 transform: TransformSpec | None = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
         """(slow, fast) of one clip, each (C, T, H, W), from the (T, C, H, W) uint8 ``video`` of the ``decoded`` frames.
 
         Each frame of the clip is transformed once (the slow frames are among the fast ones).
@@ -210,7 +237,7 @@ class SlowFastClips(Dataset):
         frames = sorted(set(plan.fast + plan.slow))
         at = {f: i for i, f in enumerate(decoded)}
         pick = None if frames == decoded else [at[f] for f in frames]
-        clip = transform_clip(video, plan.box, plan.flip, self.transform, pick)
+        clip = transform_clip(video, plan.box, plan.flip, transform or self.transform, pick)
         local = {f: i for i, f in enumerate(frames)}
 
         def pathway(indices: list[int]) -> torch.Tensor:
@@ -222,12 +249,15 @@ class SlowFastClips(Dataset):
 
         return pathway(plan.slow), pathway(plan.fast)
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    def __getitem__(self, key: int | tuple[int, ClipShape]) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """Item ``key``: an index, or in training (index, ClipShape) for a clip of that shape."""
+        index, shape = key if isinstance(key, tuple) else (key, None)
         entry = self.entries[index]
-        plans = self.plans(index)
+        plans = self.plans(index) if shape is None else [self.plan(index, shape)]
         decoded = needed_frames(plans)
         video = as_video(self._read(entry, decoded))
-        clips = [self.assemble(video, decoded, plan) for plan in plans]
+        transform = None if shape is None else replace(self.transform, input_size=shape.crop)
+        clips = [self.assemble(video, decoded, plan, transform) for plan in plans]
         if self.mode != "test":
             slow, fast = clips[0]
             return slow, fast, entry.label

@@ -68,6 +68,20 @@ class EpochIndices(Sampler):
         return len(self.sampler)
 
 
+class EpochBatches(Sampler):
+    """A batch sampler's batches (lists of keys) as lists of (epoch, key), the epoch read as EpochIndices does."""
+
+    def __init__(self, batches: Any, dataset: Any) -> None:
+        self.batches, self.dataset = batches, dataset
+
+    def __iter__(self) -> Iterator[list[tuple[int, Any]]]:
+        epoch = self.dataset.epoch
+        return ([(epoch, key) for key in batch] for batch in self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
 class AtEpoch(Dataset):
     """Item (epoch, index) of ``dataset`` in that epoch; a ClipflowError becomes a WorkerFailure."""
 
@@ -161,6 +175,7 @@ def make_loader(
     drop_last: bool = True,
     device: str | torch.device | None = None,
     persistent: bool = True,
+    batches: Sampler | None = None,
 ) -> DataLoader:
     """A DataLoader of ``dataset`` in batches of ``batch_size``, in the order of ``sampler`` (else 0, 1, ...).
 
@@ -169,7 +184,8 @@ def make_loader(
     ``auto`` (the recipe's train.loader_workers unsized: evaluation, prediction) is 0 here, training sizes it
     first (clipflow.train.loader_sizing). prefetch: batches each worker loads ahead (workers > 0 only; ``auto``:
     2). device: where the batches go; a CUDA device turns on pinned memory. Iterate the loader once per epoch,
-    after ``dataset.set_epoch``.
+    after ``dataset.set_epoch``. batches: a sampler of whole batches (lists of keys) in place of ``sampler``,
+    their sizes its own (multigrid's steps: clipflow.train.multigrid).
     """
     workers = 0 if workers == AUTO else workers  # nothing measured here: in this process
     prefetch = DEFAULT_PREFETCH if prefetch == AUTO else prefetch
@@ -180,12 +196,14 @@ def make_loader(
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ClipflowError(f"batch_size must be an integer >= 1, got {batch_size!r}")
     generator = torch.Generator().manual_seed(0)  # the workers' base seed, off the training process's stream
+    if batches is not None:
+        sampling: dict[str, Any] = {"batch_sampler": batches}
+    else:
+        sampling = {"batch_size": batch_size, "sampler": sampler, "drop_last": drop_last}
     if workers == 0:
         return ClipLoader(
             dataset,
-            batch_size=batch_size,
-            sampler=sampler,
-            drop_last=drop_last,
+            **sampling,
             collate_fn=collate,
             pin_memory=pins(device),
             generator=generator,
@@ -194,12 +212,14 @@ def make_loader(
         raise ClipflowError(
             f"{type(dataset).__name__} has no epoch / set_epoch: the loader cannot give workers its epoch"
         )
-    order = sampler if sampler is not None else range(len(dataset) if isinstance(dataset, Sized) else 0)
+    if batches is not None:
+        sampling = {"batch_sampler": EpochBatches(batches, dataset)}
+    else:
+        order = sampler if sampler is not None else range(len(dataset) if isinstance(dataset, Sized) else 0)
+        sampling = {"batch_size": batch_size, "sampler": EpochIndices(order, dataset), "drop_last": drop_last}
     return ClipLoader(
         AtEpoch(dataset),
-        batch_size=batch_size,
-        sampler=EpochIndices(order, dataset),
-        drop_last=drop_last,
+        **sampling,
         num_workers=workers,
         collate_fn=collate,
         pin_memory=pins(device),

@@ -191,6 +191,38 @@ def _training(history: list[dict], out: Path) -> str:
             + pairs(rows))  # fmt: skip
 
 
+def _multigrid(history: list[dict]) -> str:
+    """The multigrid run's cycle (clipflow.train.multigrid): one row per long-cycle stage as the epochs' records
+    keep it, its epochs, clip shape, clips per worker, BatchNorm groups, lr factor, steps and seconds; nothing for
+    a run without multigrid."""
+    records = [(h["epoch"], h["multigrid"], h) for h in history if isinstance(h.get("multigrid"), dict)]
+    if not records:
+        return ""
+    rows: list[list[object]] = []
+    for epoch, shape, h in records:
+        if rows and rows[-1][0] == shape.get("stage"):
+            row = rows[-1]
+            row[1] = f"{str(row[1]).split('-')[0]}-{epoch}"
+            row[7] += shape.get("steps", 0)
+            row[8] += h.get("epoch_time", 0.0)
+            continue
+        stride = shape.get("stride") or [None, None]
+        rows.append([shape.get("stage"), str(epoch), f"{shape.get('frames')} x {shape.get('crop')}²",
+                     f"{stride[0]}-{stride[1]}", shape.get("clips"), shape.get("bn_splits"), shape.get("lr_factor"),
+                     shape.get("steps", 0), h.get("epoch_time", 0.0)])  # fmt: skip
+    short = records[0][1].get("short_cycle")
+    caption = ("Multigrid training: the long cycle's stages, each a clip shape (fast-pathway frames x crop) with "
+               "its clips per worker and step grown to keep a step's work, the lr times the same factor and "
+               "BatchNorm over groups of the batch."
+               + (" The short cycle also trains two smaller crops (short_cycle_factors of the recipe's) on as many "
+                  "more clips, step by step; the crop and clips shown are the stage's own."
+                  if short else ""))  # fmt: skip
+    return ("<h2>Multigrid</h2>"
+            + table(["stage", "epochs", "frames x crop", "stride", "clips / worker", "BatchNorm groups",
+                     "lr factor", "steps", "seconds"], rows)
+            + f'<p class="caption">{caption}</p>')  # fmt: skip
+
+
 def _throughput(history: list[dict], out: Path) -> str:
     part = "<h2>Throughput</h2>" + _figure(figures.plot_throughput(history, out / "throughput.png"), "throughput")
     workers = history[-1].get("workers") or []
@@ -444,6 +476,7 @@ def write_report(inputs: ReportInputs, out_dir: str | Path, run: str = "") -> Pa
         _evaluation(metrics, out),
         _reproduction(inputs, metrics, history, plan),
         _training(history, out),
+        _multigrid(history),
         _throughput(history, out),
         _scaling(inputs.results, metrics["recipe"], history[-1].get("batch_size"), out),
         _cluster(plan, checks),

@@ -23,6 +23,7 @@ from clipflow.hosts.plan import Plan
 from clipflow.made import Made
 from clipflow.recipe import check_recipe
 from clipflow.schemas import read_checked_json, validate
+from clipflow.train.multigrid import check_multigrid
 
 JOB_FILE = "job.json"
 VERSION = 1
@@ -188,9 +189,14 @@ class TrainJob:
             ps.check_for(data["backend"])
         except ClipflowError as exc:
             raise ClipflowError(f"{what}: {exc}") from None
+        recipe = check_recipe(data["recipe"], f"{what}: recipe")
+        try:
+            check_multigrid(recipe)
+        except ClipflowError as exc:
+            raise ClipflowError(f"{what}: recipe: {exc}") from None
         return cls(
             plan=plan,
-            recipe=check_recipe(data["recipe"], f"{what}: recipe"),
+            recipe=recipe,
             backend=data["backend"],
             ps=ps,
             paths=TrainPaths.from_dict(data["paths"]),

@@ -78,6 +78,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 
 from clipflow.errors import ClipflowError
+from clipflow.models.slowfast_spec import slowfast_alpha
 
 SQRT_HALF = 0.5**0.5  # PySlowFast writes 0.5**0.5: the same float
 LONG_CYCLE_FACTORS: tuple[tuple[float, float], ...] = ((0.25, SQRT_HALF), (0.5, SQRT_HALF), (0.5, 1.0), (1.0, 1.0))
@@ -491,3 +492,53 @@ def plan_for_recipe(recipe: Mapping, settings: MultigridSettings) -> MultigridPl
         lr_decay_epoch=train.get("lr_decay_epoch", ()),
         lr_decay=train.get("lr_decay", 0.1),
     )
+
+
+def check_multigrid(recipe: Mapping) -> MultigridPlan | None:
+    """The recipe's ``train.multigrid`` as its plan, checked against the rest of the recipe; None when neither cycle
+    is on. Refused, naming the setting and the way out: an image recipe, accumulation (a step's batch changes with
+    the cycles; accumulation's micro-batches are fixed), torch.compile (a graph a shape), the long cycle on videos
+    re-encoded to the recipe's frames (its strides read others), a long-cycle stage whose frames leave a SlowFast's
+    slow pathway none, and a stage whose clips per worker are fewer than bn_base_size (its BatchNorm would
+    synchronise workers: not built)."""
+    train, data = recipe["train"], recipe["data"]
+    settings = MultigridSettings.from_mapping(train.get("multigrid") or {})
+    if not settings.enabled:
+        return None
+    if data.get("kind", "video") != "video":
+        raise ClipflowError("train.multigrid trains video clips of changing shapes; this recipe trains images")
+    if train.get("accumulate", 1) != 1:
+        raise ClipflowError(
+            f"train.multigrid with train.accumulate {train['accumulate']}: a multigrid step's batch changes with its "
+            "cycle and accumulation's micro-batches are fixed (not built); set accumulate: 1"
+        )
+    if train.get("compile"):
+        raise ClipflowError(
+            "train.multigrid with train.compile: every clip shape of the cycles would compile a graph of its own; "
+            "set compile: false"
+        )
+    plan = plan_for_recipe(recipe, settings)
+    if settings.long_cycle and data.get("videos_keep_every", 1) > 1:
+        raise ClipflowError(
+            f"train.multigrid's long cycle reads clips at other strides than the recipe's, and the videos keep one "
+            f"frame in {data['videos_keep_every']} (data.reencode.match_recipe): re-encode without match_recipe, or "
+            "train with short_cycle only"
+        )
+    alpha = slowfast_alpha(recipe["model"])
+    for index, stage in enumerate(plan.stages):
+        if alpha is not None and stage.frames < alpha:
+            raise ClipflowError(
+                f"train.multigrid: long-cycle stage {index} takes {stage.frames} fast-pathway frames, and the slow "
+                f"pathway takes every alpha-th ({alpha}): it would get none; give long_cycle_factors whose temporal "
+                f"factors keep at least {alpha} of the recipe's {plan.frames} frames"
+            )
+        clips = stage.batch_factor * plan.batch_size
+        _, sync = plan.bn_groups(clips)
+        if sync > 1:
+            least = min(s.batch_factor for s in plan.stages) * plan.batch_size
+            raise ClipflowError(
+                f"train.multigrid: long-cycle stage {index} runs {clips} clips per worker, fewer than bn_base_size "
+                f"{settings.bn_base_size}: its BatchNorm would synchronise {sync} workers' statistics, which is not "
+                f"built; give bn_base_size at most {least} (the fewest clips of a stage) or a larger train.batch_size"
+            )
+    return plan

@@ -138,13 +138,14 @@ class EpochPlan:
         """Steps left: the longest lane's micro-batches (the others pad)."""
         return max((math.ceil(len(lane) / batch) for lane in self.lanes), default=0)
 
-    def remaining(self, batch: int, done: int) -> list[list[Sample]]:
-        """Every lane after ``done`` of its micro-batches."""
-        return [lane[done * batch :] for lane in self.lanes]
+    def remaining(self, taken: int) -> list[list[Sample]]:
+        """Every lane after its first ``taken`` samples."""
+        return [lane[taken:] for lane in self.lanes]
 
-    def record(self, batch: int, done: int) -> dict:
-        """What a checkpoint after ``done`` more steps keeps (lists, for torch.load with weights_only)."""
-        return {"lanes": [[list(s) for s in lane] for lane in self.remaining(batch, done)], "sources": self.sources,
+    def record(self, taken: int) -> dict:
+        """What a checkpoint keeps once every lane's next ``taken`` samples are trained (lists, for torch.load with
+        weights_only)."""
+        return {"lanes": [[list(s) for s in lane] for lane in self.remaining(taken)], "sources": self.sources,
                 "total": self.total}  # fmt: skip
 
     @classmethod
@@ -268,6 +269,28 @@ class LaneSampler:
 
     def __len__(self) -> int:
         return self.steps * len(self.lanes) * self.batch
+
+
+class ShapedBatches:
+    """A worker's multigrid steps of an epoch plan (one lane: multigrid does not accumulate): per step, its lane's
+    next samples, as many as that step's batch, each keyed with the step's clip shape (clipflow.data.dataset's
+    (index, ClipShape) items). A DataLoader's batch sampler."""
+
+    def __init__(self) -> None:
+        self.lane: list[int] = []
+        self.steps: list[tuple[int, object]] = []  # (batch, shape) per step
+
+    def set(self, lane: list[int], steps: list[tuple[int, object]]) -> None:
+        self.lane, self.steps = lane, steps
+
+    def __iter__(self) -> Iterator[list[tuple[int, object]]]:
+        at = 0
+        for size, shape in self.steps:
+            yield [(index, shape) for index in self.lane[at : at + size]]
+            at += size
+
+    def __len__(self) -> int:
+        return len(self.steps)
 
 
 class SampleLog:

@@ -29,6 +29,7 @@ from torch.nn import functional as F
 
 from clipflow.checksums import write_text_with_checksum
 from clipflow.data.build import build_dataset
+from clipflow.data.dataset import ClipShape
 from clipflow.data.listfile import read_list
 from clipflow.data.loader import make_loader
 from clipflow.environment import read_env
@@ -37,12 +38,14 @@ from clipflow.jsonl import open_for_append, record_lines
 from clipflow.launch.notice import Notice, StoppedOnNotice
 from clipflow.models.builder import build_model
 from clipflow.models.cards import is_image_model
+from clipflow.train.bn_groups import BatchNormGroups
 from clipflow.train.checkpoint import BEST, BEST_FACTS, HISTORY, RUN_FACTS, CheckpointStore, atomic_save
 from clipflow.train.comm import DDPComm, PSComm
 from clipflow.train.faults import FaultInjector
 from clipflow.train.init_from import start_from
 from clipflow.train.job import TrainJob
 from clipflow.train.loader_sizing import LoaderChoice, size_loader
+from clipflow.train.multigrid import MultigridPlan, StepShape, check_multigrid
 from clipflow.train.precise_bn import PreciseBN, batch_order, recompute
 from clipflow.train.progress import TensorBoardScalars, epoch_bar, progress_interval
 from clipflow.train.resume_check import check_resume, job_facts, listed_iterations
@@ -52,6 +55,7 @@ from clipflow.train.slots import (
     LaneSampler,
     Layout,
     SampleLog,
+    ShapedBatches,
     SlotBuffers,
     decide,
     entry_of,
@@ -113,14 +117,20 @@ class Trainer:
         self.rank, self.num_workers = comm.rank, comm.num_workers
         t = recipe["train"]
         self.epochs, self.batch_size = t["epochs"], t["batch_size"]
+        # multigrid (clipflow.train.multigrid): its run's epochs, each step's clip shape, batch, lr and BatchNorm
+        self.multigrid: MultigridPlan | None = check_multigrid(recipe)
+        if self.multigrid is not None:
+            self.epochs = self.multigrid.epochs
         shard = paths.shard(self.rank)
         # the layout (accumulation), dataset, schedule: _use_layout, once _resume_state knows the checkpoint's
         self.layout = Layout(self.num_workers, self.batch_size, t["accumulate"])
         self.sampler = LaneSampler()
+        self.shaped = ShapedBatches() if self.multigrid is not None else None  # the loader's steps with multigrid
         self.resumed_plan: EpochPlan | None = None  # resumed inside an epoch: the rest of it (clipflow.train.slots)
         self.sample_log: SampleLog | None = None
         torch.manual_seed(seed)
         self.model = build_model(recipe["model"]).to(self.device)
+        self.bn_groups = BatchNormGroups(self.model)
         self.images = is_image_model(recipe["model"]["name"])  # called model(images), not model(slow, fast)
         self.step_options = StepOptions.from_recipe(recipe)
         self.step_options.layout(self.model, self.images)
@@ -168,6 +178,8 @@ class Trainer:
                 f"{shard} has {len(self.own_entries)} videos, fewer than accumulate {k} x batch {b}; "
                 "lower train.batch_size or train.accumulate, or use fewer workers"
             )
+        if self.multigrid is not None:
+            self._check_multigrid_batches(shard, length)
         self.own_parts = part_lines(self.own_entries, k, length)
         self.all_parts: list[list[str]] | None = None
         if self.rank == 0:
@@ -188,6 +200,16 @@ class Trainer:
                 f"linear scaling rule: lr = base_lr {t['base_lr']} x global batch {layout.global_batch} "
                 f"({shape}) / base_batch {t['base_batch']} = {self.lr:g}"
             )
+
+    def _check_multigrid_batches(self, shard, length: int) -> None:
+        """Every epoch of the multigrid run has a step: its first batch fits in a worker's ``length`` clips."""
+        for epoch in range(self.multigrid.epochs):
+            if not self.multigrid.epoch_batches(epoch, length):
+                first = self.multigrid.step(epoch, 0)
+                raise ClipflowError(
+                    f"{shard} has {length} videos, and multigrid's epoch {epoch + 1} takes {first.batch} clips in its "
+                    "first step: give each worker more videos, a smaller train.batch_size or fewer workers"
+                )
 
     def _every_part(self, layout: Layout, length: int) -> list[list[str]] | None:
         """Every slot's part as list lines, from every worker's list; None where this host lacks one (hosts with
@@ -213,6 +235,12 @@ class Trainer:
         wanted = Layout(self.num_workers, self.batch_size, t["accumulate"])
         if old == wanted:
             return wanted
+        if self.multigrid is not None:
+            raise ClipflowError(
+                f"the checkpoint was made with {old.describe()}, this run has {wanted.describe()}: a multigrid run "
+                f"resumes with its own layout (its steps' batches follow the cycle); resume with {old.workers} workers "
+                f"x {old.batch} clips"
+            )
         new = decide(old, self.num_workers, self.batch_size, t["accumulate"], policy)
         if new != old:
             before = scaled_lr(t["base_lr"], t["base_batch"], old.global_batch)
@@ -245,9 +273,34 @@ class Trainer:
         return plan
 
     def _normal_plan(self, epoch: int) -> EpochPlan:
-        """A whole epoch in this run's layout: every slot its part in epoch_order."""
-        lanes = normal_lanes(self.layout.slots, self.part_length, self.batch_size, self.seed, epoch)
+        """A whole epoch in this run's layout: every slot its part in epoch_order (all of it with multigrid, whose
+        batches take what fits)."""
+        batch = 1 if self.multigrid is not None else self.batch_size
+        lanes = normal_lanes(self.layout.slots, self.part_length, batch, self.seed, epoch)
         return EpochPlan(lanes, self.all_parts, sum(len(lane) for lane in lanes))
+
+    def _multigrid_steps(self, epoch: int, first: int, clips: int) -> list[StepShape]:
+        """The shapes of ``epoch``'s multigrid steps from its step ``first`` on, over a lane of ``clips`` samples
+        left: the cycle's batches while the next one fits (the same rule as from the epoch's start, so a resumed
+        epoch goes on with the unbroken one's steps)."""
+        shapes, iteration = [], first
+        while True:
+            shape = self.multigrid.step(epoch - 1, iteration)
+            if shape.batch > clips:
+                return shapes
+            shapes.append(shape)
+            clips -= shape.batch
+            iteration += 1
+
+    def _multigrid_record(self, epoch: int, shapes: list[StepShape]) -> dict:
+        """The epoch's multigrid shape for metrics.jsonl and the report: its long-cycle stage, frames, the stage's
+        crop and clips per worker (the short cycle's third shape), BatchNorm groups and lr factor; the steps of
+        this run."""
+        stage = self.multigrid.step(epoch - 1, 2 if self.multigrid.settings.short_cycle else 0)
+        return {"stage": stage.stage, "frames": stage.frames, "crop": stage.crop, "clips": stage.batch,
+                "stride": [stage.least_stride, stage.stride], "bn_splits": stage.bn_splits,
+                "lr_factor": stage.lr_factor, "steps": len(shapes),
+                "short_cycle": self.multigrid.settings.short_cycle}  # fmt: skip
 
     def _lanes_of(self, plan: EpochPlan, loader):
         """This worker's lanes of ``plan`` as dataset indices, the loader that serves them and each index's path:
@@ -468,23 +521,21 @@ class Trainer:
         return path
 
     def _checkpoint_inside(self, epoch: int, step: int, iteration: int, mine: Totals, plan: EpochPlan,
-                           done: int) -> Path | None:  # fmt: skip
-        """A checkpoint inside an epoch, ``done`` steps into ``plan``: rank 0 gathers every worker's totals so far
-        (collective) and saves them with every slot's remaining samples; its path on rank 0."""
+                           taken: int) -> Path | None:  # fmt: skip
+        """A checkpoint inside an epoch, every lane of ``plan`` ``taken`` samples in: rank 0 gathers every worker's
+        totals so far (collective) and saves them with every slot's remaining samples; its path on rank 0."""
         every = gather(self.comm.all_sum, "partial", mine, self.rank, self.num_workers)
         if self.rank == 0:
-            return self._checkpoint(
-                epoch, step, iteration, checkpoint_record(every), plan.record(self.batch_size, done)
-            )
+            return self._checkpoint(epoch, step, iteration, checkpoint_record(every), plan.record(taken))
         return None
 
     def _stop_on_notice(self, epoch: int, step: int, iteration: int, mine: Totals, plan: EpochPlan,
-                        done: int) -> None:  # fmt: skip
+                        taken: int) -> None:  # fmt: skip
         """After every step (collective): when any worker got a notice, rank 0 saves a checkpoint inside the
         epoch, every worker waits for it, and StoppedOnNotice ends the run here (the worker exits RESUMABLE)."""
         if self.notice is None or not self.notice.agreed(self.comm):
             return
-        path = self._checkpoint_inside(epoch, step, iteration, mine, plan, done)
+        path = self._checkpoint_inside(epoch, step, iteration, mine, plan, taken)
         self.comm.barrier()  # nobody leaves before the checkpoint is written
         stopped = StoppedOnNotice(epoch, iteration, path)
         if self.rank == 0:
@@ -514,7 +565,7 @@ class Trainer:
         self.log(f"loader: {self.loader.describe()}")  # every worker's own (the launcher names the worker)
         # one loader for the run: its workers (if any) persist, and each index carries the dataset's epoch
         loader = make_loader(self.dataset, self.batch_size, self.sampler, self.loader.workers, self.loader.prefetch,
-                             device=self.device)  # fmt: skip
+                             device=self.device, batches=self.shaped)  # fmt: skip
         self.board = (
             TensorBoardScalars(self.paths.tensorboard, step) if self.paths.tensorboard and self.rank == 0 else None
         )
@@ -541,18 +592,37 @@ class Trainer:
         records it; returns the step count after it. A step is every slot's next micro-batch: k per worker,
         forward and backward each, its slot's BatchNorm statistics in the model, the gradients synchronized after
         the last one."""
-        save_every = self.recipe["train"]["save_every_iters"]
+        t = self.recipe["train"]
+        save_every = t["save_every_iters"]
         k, b, first = self.layout.accumulate, self.batch_size, plan.first
         lanes, dataset, loader, sampler, paths, pad = self._lanes_of(plan, loader)
-        left = plan.steps(b)
-        start_point = round(plan.trained_fraction(b) * self.iters_per_epoch)  # the schedule's place: first, unresized
-        sampler.set(lanes, b, left, pad)
+        mg, shapes = self.multigrid, []
+        if mg is None:
+            left = plan.steps(b)
+            start_point = round(plan.trained_fraction(b) * self.iters_per_epoch)  # the schedule's place
+            sampler.set(lanes, b, left, pad)
+            sizes = [b] * left
+
+            def lr_at(done: int) -> float:
+                return self.schedule(schedule_point(epoch, self.iters_per_epoch, start_point, done, left))
+        else:  # each step's shape and batch from the cycles, from the plan's first step on (a resumed one's too)
+            shapes = self._multigrid_steps(epoch, first, len(lanes[0]))
+            left, sizes = len(shapes), [shape.batch for shape in shapes]
+            iters = len(mg.epoch_batches(epoch - 1, self.part_length))
+            self.shaped.set(lanes[0], [(s.batch, ClipShape(s.frames, s.crop, s.least_stride, s.stride))
+                                       for s in shapes])  # fmt: skip
+
+            def lr_at(done: int) -> float:
+                position = epoch - 1 + (first + done) / iters
+                return mg.learning_rate(position, self.lr, t["warmup_epochs"], t["warmup_lr"])
+
+        starts = [sum(sizes[:done]) for done in range(left + 1)]
         self.model.train()
         dataset.set_epoch(epoch)
         start = self.carried if first else Totals()
         totals = start
         data_time, step_time = 0.0, 0.0
-        lr = self.schedule(schedule_point(epoch, self.iters_per_epoch, start_point, 0, left))
+        lr = lr_at(0)
         began = tick = time.perf_counter()
         with epoch_bar(epoch, self.epochs, first + left, first, self.progress_s, self.rank == 0) as bar:
             for micro, (*inputs, labels) in enumerate(loader):
@@ -560,31 +630,34 @@ class Trainer:
                 it = first + done
                 if m == 0:
                     self.faults.check(epoch, it)
-                    lr = self.schedule(schedule_point(epoch, self.iters_per_epoch, start_point, done, left))
+                    lr = lr_at(done)
                     self.sync.set_learning_rate(lr)
+                    if shapes:
+                        self.bn_groups.use(shapes[done].bn_splits)
                     trained: list[tuple[int, str, float]] = []
                 inputs = [x.to(self.device, non_blocking=True) for x in inputs]
                 labels = labels.to(self.device, non_blocking=True)
                 loaded = time.perf_counter()
-                real = max(0, min(b, len(lanes[m]) - done * b))  # the rest of the micro-batch pads (weight 0)
+                size, at = sizes[done], starts[done]
+                real = max(0, min(size, len(lanes[m]) - at))  # the rest of the micro-batch pads (weight 0)
                 slot = self.rank * k + m
                 self.slot_buffers.use(m)
                 # dropout's draws per slot and step: the same after a resume, and with k slots as with k workers
                 torch.manual_seed(step_seed(self.seed, slot, step))
                 with self.sync.no_sync() if m < k - 1 else contextlib.nullcontext():
                     logits = self.step_options.logits(self.forward, *(self.dataset.normalize(x) for x in inputs))
-                    if real == b:
+                    if real == size:
                         loss = F.cross_entropy(logits, labels)
                     else:
-                        weights = (torch.arange(b, device=labels.device) < real).float()
-                        loss = (F.cross_entropy(logits, labels, reduction="none") * weights).sum() / b
+                        weights = (torch.arange(size, device=labels.device) < real).float()
+                        loss = (F.cross_entropy(logits, labels, reduction="none") * weights).sum() / size
                     loss.backward()  # the back end sums full buckets while the last backward goes on
                 if real:  # the mean over the real clips (as an unpadded micro-batch's loss is)
                     hits = int((logits[:real].argmax(1) == labels[:real]).sum())
-                    totals = totals.add(loss.item() if real == b else loss.item() * b / real, hits, real)
+                    totals = totals.add(loss.item() if real == size else loss.item() * size / real, hits, real)
                 lane = lanes[m]
-                trained += [(slot, paths[lane[done * b + i]] if i < real else paths[lane[0] if lane else pad],
-                             1.0 if i < real else 0.0) for i in range(b)]  # fmt: skip
+                trained += [(slot, paths[lane[at + i]] if i < real else paths[lane[0] if lane else pad],
+                             1.0 if i < real else 0.0) for i in range(size)]  # fmt: skip
                 if m < k - 1:
                     now = time.perf_counter()
                     data_time, step_time, tick = data_time + loaded - tick, step_time + now - loaded, now
@@ -604,13 +677,16 @@ class Trainer:
                 if self.board:
                     self.board.step(step, batch_loss, lr)
                 if save_every and (it + 1) % save_every == 0 and done + 1 < left:
-                    self._checkpoint_inside(epoch, step, it + 1, totals, plan, done + 1)
+                    self._checkpoint_inside(epoch, step, it + 1, totals, plan, starts[done + 1])
                 if done + 1 < left:  # after the last step the epoch ends first; then the next one
-                    self._stop_on_notice(epoch, step, it + 1, totals, plan, done + 1)
+                    self._stop_on_notice(epoch, step, it + 1, totals, plan, starts[done + 1])
+        self.bn_groups.use(1)  # validation, precise BN and the saved model: plain BatchNorm
         elapsed = time.perf_counter() - began
         speed = (totals.count - start.count, elapsed, data_time, step_time)  # this run's clips, not the carried ones
         loss_avg, acc, workers = self._global_metrics(totals, speed)
         validating = self.eval_every and (epoch % self.eval_every == 0 or epoch == self.epochs)
+        if self.eval_every and mg is not None and mg.eval_epoch(epoch - 1) is not None:
+            validating = mg.eval_epoch(epoch - 1)  # the long cycle's: each stage's end and eval_freq in between
         precise = self._precise_bn(epoch) if self.recipe["train"]["precise_bn_batches"] and (
             validating or epoch == self.epochs) else None  # fmt: skip
         val = self._validate() if validating else {}
@@ -628,6 +704,7 @@ class Trainer:
                 "epoch_time": elapsed,
                 "workers": workers,  # each worker's clips/s and its data and compute seconds
                 **({"precise_bn_batches": precise.batches} if precise else {}),  # per worker, before validation
+                **({"multigrid": self._multigrid_record(epoch, shapes)} if mg is not None else {}),
                 **val,
             }
             self.log(
