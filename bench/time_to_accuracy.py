@@ -9,7 +9,7 @@ synthetic set, a scheduler, one server, two workers, ``slowfast_tiny_synthetic``
 over 1.5 x the epochs). Each ends with the recipe's test protocol, 10 clips x 3 crops a video, on the same 160 val
 videos (the synthetic set is made from its seed). It prints, per run, the train stage's wall time (Snakemake's
 benchmark file), its steps and epochs, the video top-1 of the evaluation, and then the wall-clock ratio (standard
-over multigrid: the issue's goal is at least 2) and whether multigrid's top-1 is within 1 point of the standard's;
+over multigrid: the issue's goal is at least 2) and whether multigrid's top-1 reached the standard's less 1 point;
 the last line is the figures as JSON.
 """
 
@@ -39,6 +39,7 @@ def seconds(tsv: Path) -> float:
 
 def run(work: Path, name: str, multigrid: dict | None) -> dict:
     """One embedded-default run named ``name`` in ``work``, with ``multigrid`` settings or without; its figures."""
+    work.mkdir(parents=True, exist_ok=True)
     copy_workflow(work)
     config = {"run": name, "cluster": {"root_port": free_port()}}
     if multigrid:
@@ -59,8 +60,9 @@ def run(work: Path, name: str, multigrid: dict | None) -> dict:
         "epochs": len(history),
         "steps": history[-1]["step"],
         "long_cycle_stages": len(stages),
-        "waiting_for_data": round(sum(h["data_time"] for h in history)
-                                  / max(sum(h["data_time"] + h["step_time"] for h in history), 1e-9), 3),  # fmt: skip
+        "waiting_for_data": round(
+            sum(h["data_time"] for h in history) / max(sum(h["data_time"] + h["step_time"] for h in history), 1e-9), 3
+        ),  # fmt: skip
         "top1": metrics["top1"],
         "val_videos": metrics["num_videos"],
     }
@@ -81,14 +83,15 @@ def main() -> None:
         "multigrid_settings": json.loads(a.multigrid),
         "speedup_train": round(standard["train_s"] / multigrid["train_s"], 2),
         "top1_points_apart": round(100 * (multigrid["top1"] - standard["top1"]), 2),
-        "within_1_point": abs(multigrid["top1"] - standard["top1"]) <= 0.01,
+        "reached_within_1_point": multigrid["top1"] >= standard["top1"] - 0.01,
         "cpus": os.cpu_count(),
     }
     for name in ("standard", "multigrid"):
         print(f"{name}: " + ", ".join(f"{k} {v}" for k, v in figures[name].items()))
     print(f"train wall-clock, standard over multigrid: x{figures['speedup_train']} (goal: at least 2)")
+    reached = "reached" if figures["reached_within_1_point"] else "not reached"
     print(f"top-1, multigrid minus standard: {figures['top1_points_apart']:+.2f} points "
-          f"({'within' if figures['within_1_point'] else 'not within'} 1)")  # fmt: skip
+          f"({reached}: the standard's less 1 at most)")  # fmt: skip
     print(json.dumps(figures))
 
 

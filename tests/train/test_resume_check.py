@@ -138,7 +138,7 @@ def test_each_kind_of_change_is_sorted_as_the_table_says():
                                  "train.seed", "train.kvstore", "train.base_lr")] == ["resumes"] * 7  # fmt: skip
     assert [kind_of(n) for n in ("cluster.num_workers", "train.batch_size", "train.accumulate")] == ["resizes"] * 3
     assert [kind_of(n) for n in ("model.width", "model.num_classes", "model.name", "train.optimizer",
-                                 "training list (sha256)")] == ["refused"] * 5  # fmt: skip
+                                 "train.multigrid", "training list (sha256)")] == ["refused"] * 6  # fmt: skip
     changes = compare(
         facts(),
         facts(

@@ -21,8 +21,8 @@ resumes    ``train.epochs``, ``eval_every``, ``eval_batch_size``, ``save_frequen
 resizes    ``cluster.num_workers``, ``train.batch_size``, ``train.accumulate`` (and so     printed, the run goes on
            the global batch)                                                               with the new sizes
 refused    every ``model.*`` key (name, num_classes, width, depth, ...),                   one error naming each,
-           ``train.optimizer``, ``data.kind``, the training list's content (its sha256)    both values, the ways
-                                                                                           out
+           ``train.optimizer``, ``train.multigrid`` (its epochs and steps are its          both values, the ways
+           cycles'), ``data.kind``, the training list's content (its sha256)               out
 =========  ==============================================================================  =======================
 
 Where a change moves the learning rate at the resume point (a longer cosine schedule, another global batch), the
@@ -50,7 +50,7 @@ from clipflow.train.schedule import Schedule, scaled_lr
 SET_ASIDE = "set-aside-"
 
 RESIZES = ("cluster.num_workers", "train.batch_size", "train.accumulate", "global batch")
-REFUSED_EXACT = ("train.optimizer", "data.kind", "training list (sha256)")
+REFUSED_EXACT = ("train.optimizer", "train.multigrid", "data.kind", "training list (sha256)")
 REFUSED_PREFIX = ("model.",)
 WAYS_OUT = (
     "to start afresh with the old checkpoints set aside, set train.resume: never (--resume never); "
