@@ -341,15 +341,21 @@ class MultigridPlan:
     def epoch_batches(self, epoch: int, clips: int) -> tuple[int, ...]:
         """The batch sizes one worker runs in ``epoch`` over its ``clips`` clips: the short cycle's rotation (or the
         stage's batch) while the next batch fits, the rest dropped."""
+        return tuple(shape.batch for shape in self.steps_from(epoch, 0, clips))
+
+    def steps_from(self, epoch: int, first: int, clips: int) -> tuple[StepShape, ...]:
+        """The steps of ``epoch`` from its step ``first`` on over ``clips`` clips left: each step's shape while its
+        batch fits. From ``first`` with the clips a run had left there, the same steps as the whole epoch's rest (a
+        resumed epoch goes on as the unbroken one)."""
         if isinstance(clips, bool) or not isinstance(clips, int) or clips < 0:
             raise ClipflowError(f"multigrid: a worker's clips per epoch must be a whole number >= 0, got {clips!r}")
-        sizes, left, iteration = [], clips, 0
+        shapes, left, iteration = [], clips, first
         while True:
-            size = self.step(epoch, iteration).batch
-            if size > left:
-                return tuple(sizes)
-            sizes.append(size)
-            left -= size
+            shape = self.step(epoch, iteration)
+            if shape.batch > left:
+                return tuple(shapes)
+            shapes.append(shape)
+            left -= shape.batch
             iteration += 1
 
     def least_short_side(self, least: int, crop: int) -> int:

@@ -17,6 +17,7 @@ decided in _resume_state (rank 0, from the checkpoint) and set up on every worke
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import random
 import time
@@ -278,19 +279,6 @@ class Trainer:
         batch = 1 if self.multigrid is not None else self.batch_size
         lanes = normal_lanes(self.layout.slots, self.part_length, batch, self.seed, epoch)
         return EpochPlan(lanes, self.all_parts, sum(len(lane) for lane in lanes))
-
-    def _multigrid_steps(self, epoch: int, first: int, clips: int) -> list[StepShape]:
-        """The shapes of ``epoch``'s multigrid steps from its step ``first`` on, over a lane of ``clips`` samples
-        left: the cycle's batches while the next one fits (the same rule as from the epoch's start, so a resumed
-        epoch goes on with the unbroken one's steps)."""
-        shapes, iteration = [], first
-        while True:
-            shape = self.multigrid.step(epoch - 1, iteration)
-            if shape.batch > clips:
-                return shapes
-            shapes.append(shape)
-            clips -= shape.batch
-            iteration += 1
 
     def _multigrid_record(self, epoch: int, shapes: list[StepShape]) -> dict:
         """The epoch's multigrid shape for metrics.jsonl and the report: its long-cycle stage, frames, the stage's
@@ -606,7 +594,7 @@ class Trainer:
             def lr_at(done: int) -> float:
                 return self.schedule(schedule_point(epoch, self.iters_per_epoch, start_point, done, left))
         else:  # each step's shape and batch from the cycles, from the plan's first step on (a resumed one's too)
-            shapes = self._multigrid_steps(epoch, first, len(lanes[0]))
+            shapes = list(mg.steps_from(epoch - 1, first, len(lanes[0])))
             left, sizes = len(shapes), [shape.batch for shape in shapes]
             iters = len(mg.epoch_batches(epoch - 1, self.part_length))
             self.shaped.set(lanes[0], [(s.batch, ClipShape(s.frames, s.crop, s.least_stride, s.stride))
@@ -616,7 +604,7 @@ class Trainer:
                 position = epoch - 1 + (first + done) / iters
                 return mg.learning_rate(position, self.lr, t["warmup_epochs"], t["warmup_lr"])
 
-        starts = [sum(sizes[:done]) for done in range(left + 1)]
+        starts = [0, *itertools.accumulate(sizes)]  # each step's first sample in its lane
         self.model.train()
         dataset.set_epoch(epoch)
         start = self.carried if first else Totals()
