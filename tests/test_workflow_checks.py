@@ -38,8 +38,10 @@ def workflow(tmp_path_factory):
         ("cluster={link_check_s: 60}", ["cluster.link_check_s", "60", "at most 5"]),
         ("data={synthetic: {min_frames: 90, max_frames: 60}}", ["data.synthetic.min_frames 90", "max_frames 60"]),
         ("data={short_videos: drop}", ["data.short_videos", "drop", "keep", "leave_out"]),
-        ("overrides={train: {multigrid: {long_cycle: true}, accumulate: 2}}",
-         ["recipe slowfast_tiny_synthetic", "train.multigrid with train.accumulate 2", "set accumulate: 1"]),
+        (
+            "overrides={train: {multigrid: {long_cycle: true}, accumulate: 2}}",
+            ["recipe slowfast_tiny_synthetic", "train.multigrid with train.accumulate 2", "set accumulate: 1"],
+        ),
         ("cluster={launcher: ssh, hosts: [localhost, node2]}", ["cluster.hosts", "localhost", "loopback", "node2"]),
         ("cluster={num_workers: 70000}", ["cluster.num_workers 70000", "on localhost", "at most 32256 on one host"]),
     ],
