@@ -73,8 +73,6 @@ if REENCODE["enabled"] and SOURCE in IMAGE_SOURCES:
 if REENCODE["enabled"]:
     from clipflow.data.reencode import ReencodeSpec  # imported only when used: it loads PyAV
 
-    from clipflow.data.sampling import ClipSpec
-
     try:
         _size = [int(side) for side in REENCODE["size"].split("x")] if REENCODE["size"] else [None, None]
         # checked here, once: a bad setting stops the workflow before any job starts
@@ -82,7 +80,7 @@ if REENCODE["enabled"]:
             REENCODE["short_side"], *_size, REENCODE["fps"], REENCODE["gop"], REENCODE["crf"], REENCODE["preset"]
         )
         if REENCODE["match_recipe"]:  # only the frames the recipe's clips read, keyframes at their granularity
-            REENCODE_SPEC = REENCODE_SPEC.matched(ClipSpec.from_recipe(RECIPE))
+            REENCODE_SPEC = REENCODE_SPEC.matched_to_recipe(RECIPE)
     except ClipflowError as exc:
         raise WorkflowError(f"clipflow: data.reencode: {exc}")
 # the folder the scanned lists' paths are relative to, which train and evaluate read the videos from

@@ -131,6 +131,18 @@ class ReencodeSpec:
             self, frame_step=clip.frame_step, keyframe_interval=min(self.keyframe_interval, in_a_row // 10 + 1)
         )
 
+    def matched_to_recipe(self, recipe: dict) -> ReencodeSpec:
+        """:meth:`matched` for the recipe's clips; a recipe whose ``data.fit_step`` may lower ``new_step`` when
+        training starts is refused (its clips would then read frames the re-encode dropped)."""
+        data = recipe["data"]
+        if data.get("fit_step") and data.get("new_step", 1) > 1:
+            raise ClipflowError(
+                f"match_recipe keeps one frame in {ClipSpec.from_recipe(recipe).frame_step} (fast_temporal_stride x "
+                f"new_step {data['new_step']}), and the recipe's data.fit_step may lower new_step when training "
+                "starts, to clips reading frames the re-encode dropped: set data.fit_step false, or match_recipe false"
+            )
+        return self.matched(ClipSpec.from_recipe(recipe))
+
     def recorded(self) -> dict:
         """The spec as the journal records it; a frame step of 1 left out, as records made before it had one."""
         return {k: v for k, v in asdict(self).items() if k != "frame_step" or v != 1}
