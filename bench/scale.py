@@ -103,7 +103,7 @@ def resume(per_worker: int) -> tuple[float, float]:
     done = len(lanes[0]) // BATCH // 2
 
     def through() -> tuple:
-        record = json.loads(json.dumps(plan.record(BATCH, done)))  # as the checkpoint keeps it
+        record = json.loads(json.dumps(plan.record(BATCH * done)))  # as the checkpoint keeps it
         sent = EpochPlan.from_record(record, done).encode()
         return record, sent, EpochPlan.decode(sent)
 

@@ -41,8 +41,9 @@ os.environ.setdefault("CLIPFLOW_NO_PROGRESS", "1")
 ORDER = pytest.StashKey[tuple[str, int | None]]()  # --order: ("default" | "reverse" | "shuffle", the shuffle's seed)
 ORDER_INPUT = "clipflow_order"  # the controller's resolved --order, handed to each xdist worker
 # Modules of the kinds that take longest, started first in the default order (the rest keep their order): those
-# on the Slurm cluster, then those that run Snakemake, then those on sshd hosts.
-FIRST = ("slurm", "workflow", "hosts")
+# on the Slurm cluster, then those that run Snakemake, then those on sshd hosts, then the other long ones (marked
+# long: a minute or more in CI's runs), so that the suite ends on short modules.
+FIRST = ("slurm", "workflow", "hosts", "long")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -86,7 +87,7 @@ def pytest_configure_node(node) -> None:
 
 def module_ranks(items: list[pytest.Item]) -> dict[Path, int]:
     """Where each module starts in the default order under xdist: the modules of the longest kinds first (FIRST:
-    a module with a test marked ``slurm``, then ``workflow``, then ``hosts``), then the rest."""
+    a module with a test marked ``slurm``, then ``workflow``, then ``hosts``, then ``long``), then the rest."""
     ranks: dict[Path, int] = {}
     for item in items:
         marks = {mark.name for mark in item.iter_markers()}

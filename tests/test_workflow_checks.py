@@ -95,16 +95,3 @@ def test_typed_command_line_leaves_a_word_where_a_number_is_wanted_for_validatio
     assert typed == {"cluster": {"num_workers": "two"}, "bogus": "1"}
     with pytest.raises(ClipflowError, match=r"cluster\.num_workers: 'two' is not of type 'integer'"):
         validate({"cluster": typed["cluster"]}, "config.schema.yaml", "config")
-
-
-def test_a_reencode_matched_to_the_recipe_is_refused_with_a_step_fit_when_training_starts(workflow, tmp_path):
-    (tmp_path / "fit.yaml").write_text("data: {reencode: {enabled: true, match_recipe: true}}\n"
-                                       "overrides: {data: {fit_step: true, new_step: 2}}\n")  # fmt: skip
-    done = dry_run(workflow, "--configfile", str(tmp_path / "fit.yaml"))
-    names = [
-        "data.reencode",
-        "match_recipe keeps one frame in 4 (fast_temporal_stride x new_step 2)",
-        "data.fit_step may lower new_step",
-        "set data.fit_step false, or match_recipe false",
-    ]
-    assert_workflow_refused(done, *names)

@@ -123,3 +123,17 @@ def test_a_folder_of_videos_kept_at_two_steps_or_a_recipe_they_do_not_fit_is_ref
         f"recipe slowfast_tiny_synthetic with overrides on the videos of {root / 'out'}: clip sampling: the videos "
         "keep one frame in 2 of the rate the recipe is written for, but its clips read one in 1 with temporal jitter"
     )
+
+
+def test_a_recipe_whose_step_is_fit_at_train_launch_is_refused_a_matched_reencode():
+    """data.fit_step may lower new_step when training starts, to clips reading frames a re-encode matched to the
+    recipe's step dropped: refused where the config enters (common.smk reads the spec through matched_to_recipe)."""
+    spec = ReencodeSpec()
+    fit = load_recipe("slowfast_tiny_synthetic", {"data": {"fit_step": True, "new_step": 2}})
+    with pytest.raises(ClipflowError) as refused:
+        spec.matched_to_recipe(fit)
+    for name in ("match_recipe keeps one frame in 4 (fast_temporal_stride x new_step 2)", "data.fit_step may lower",
+                 "set data.fit_step false, or match_recipe false"):  # fmt: skip
+        assert name in str(refused.value)
+    plain = load_recipe("slowfast_tiny_synthetic", {"data": {"fit_step": True}})  # new_step 1: nothing to lower
+    assert spec.matched_to_recipe(plain) == spec.matched(ClipSpec.from_recipe(plain))

@@ -28,6 +28,8 @@ from clipflow.data.reader import PyAVReader, open_with_decord
 from clipflow.data.reencode import ReencodeSpec, reencode
 from clipflow.data.scan import scan
 
+pytestmark = pytest.mark.long  # a minute or more: started early under xdist (conftest's order)
+
 PIXEL_TOLERANCE = 2
 OFF_FRACTION = 0.01
 CLIP, EVERY = 32, 5  # a window of 32 frames starting every 5 frames

@@ -23,6 +23,8 @@ from clipflow.errors import RESUMABLE
 from clipflow.hosts.plan import Role
 from clipflow.launch.processes import FORWARD_NOTICE, TRAIN_NOTICE, Launcher, NoticePolicy, RoleCommand
 
+pytestmark = pytest.mark.long  # a minute or more: started early under xdist (conftest's order)
+
 # 2 workers x 16 clips (the tiny set's 8 videos a worker, each listed twice), batch 2: 8 iterations an epoch, so that
 # a signal sent at an epoch's first progress line is taken inside it; dropout is drawn per worker and step (the same
 # masks after the resume); no checkpoint inside an epoch but the notice's

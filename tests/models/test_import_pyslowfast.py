@@ -26,6 +26,8 @@ from clipflow.models.builder import build_model
 from clipflow.models.imports import pyslowfast, pytorchvideo
 from clipflow.models.imports.convert import convert
 
+pytestmark = pytest.mark.long  # a minute or more: started early under xdist (conftest's order)
+
 HERE = REPO / "tests" / "models"
 FAST_FRAMES, SIDE = 16, 64
 ALPHA = {"slowfast_4x16_resnet50": 8, "slowfast_8x8_resnet50": 4, "slowfast_8x8_resnet101": 4}

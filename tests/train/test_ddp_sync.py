@@ -20,6 +20,8 @@ from clipflow.train.comm import DDPConfig, lost_peer, timed_out
 from clipflow.train.device import worker_device
 from clipflow.train.interface import choose_interface, interface_with_address
 
+pytestmark = pytest.mark.long  # a minute or more: started early under xdist (conftest's order)
+
 
 def weights(path) -> dict[str, torch.Tensor]:
     return torch.load(path, weights_only=False)["model"]

@@ -8,9 +8,12 @@ import re
 import subprocess
 import sys
 
+import pytest
 import torch
 from helpers import python_env
 from launch_helpers import launch, two_splits
+
+pytestmark = pytest.mark.long  # a minute or more: started early under xdist (conftest's order)
 
 # lr 0.002 at this test's global batch of 32 (2 workers x 16): enough to learn the synthetic set in 6 epochs
 SMALL = {"train": {"epochs": 6, "batch_size": 16, "base_lr": 0.002, "base_batch": 32, "eval_batch_size": 50,

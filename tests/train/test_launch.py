@@ -17,6 +17,8 @@ from clipflow.data.listfile import VideoEntry, read_list, write_list
 from clipflow.made import RECORD
 from clipflow.train.loader_sizing import LoaderChoice
 
+pytestmark = pytest.mark.long  # a minute or more: started early under xdist (conftest's order)
+
 
 def status(results, run: str) -> dict:
     """`clipflow status RUN --json`, parsed."""

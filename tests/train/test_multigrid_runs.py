@@ -8,7 +8,7 @@ and 32 with 2, 1 and 1 times the stage's clips; BatchNorm groups of 2 clips. Eac
 twice (16 samples), so the coarse stage's epochs are one whole short cycle (8, 4, 4 clips) and the fine one's two
 (4, 2, 2, 4, 2, 2). The kill: worker 1 at epoch 2's step 1 (after the checkpoint of its step 0, inside the short
 cycle, in the stage whose BatchNorm runs in 2 groups). Both back ends sum the same buckets in the same order, so
-each resumed run is compared with one unbroken run, on the parameter server."""
+each resumed run is compared with one unbroken run (on torch.distributed: the fewest processes)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ from launch_helpers import TINY, launch_command, scanned
 from sample_log_helpers import read_lines
 
 from clipflow.data.listfile import write_list
+
+pytestmark = pytest.mark.long  # a minute or more: started early under xdist (conftest's order)
 
 MULTIGRID = {"long_cycle": True, "short_cycle": True, "long_cycle_factors": [[0.5, 1.0], [1.0, 1.0]],
              "short_cycle_factors": [0.7071, 0.85], "bn_base_size": 2}  # fmt: skip
@@ -36,7 +38,7 @@ STEPS = {1: [8, 4, 4], 2: [8, 4, 4], 3: [4, 2, 2, 4, 2, 2]}
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, tiny_videos):
-    """The unbroken run on the parameter server, and per back end a broken run resumed (side by side): their
+    """The unbroken run on torch.distributed, and per back end a broken run resumed (side by side): their
     folders and outputs."""
     base = tmp_path_factory.mktemp("multigrid")
     entries = scanned(tiny_videos)
@@ -51,7 +53,8 @@ def runs(tmp_path_factory, tiny_videos):
         return folder, subprocess.Popen(argv, env=environ, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     kill = {"CLIPFLOW_FAULT_KILL": "1:2:1"}
-    started = {("ps", "whole"): start("whole", "ps", {}), **{(b, "broken"): start("broken", b, kill) for b in BACKENDS}}
+    started = {("ddp", "whole"): start("whole", "ddp", {})}
+    started.update({(b, "broken"): start("broken", b, kill) for b in BACKENDS})
     out = {key: (folder, *finish(process)) for key, (folder, process) in started.items()}
     resumed = {b: start("broken", b, {}) for b in BACKENDS}
     out.update({(b, "resumed"): (folder, *finish(process)) for b, (folder, process) in resumed.items()})
@@ -68,7 +71,7 @@ def model(folder):
 
 
 def test_every_worker_trains_the_cycles_batches_step_for_step(runs):
-    folder, code, out = runs[("ps", "whole")]
+    folder, code, out = runs[("ddp", "whole")]
     assert code == 0, out
     per_step: dict = {}
     for _, epoch, step, slot, _, weight in read_lines(folder / "samples"):
@@ -91,7 +94,7 @@ def test_every_worker_trains_the_cycles_batches_step_for_step(runs):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_run_killed_inside_a_short_cycle_resumes_to_the_unbroken_weights(runs, backend):
-    whole, code, out = runs[("ps", "whole")]
+    whole, code, out = runs[("ddp", "whole")]
     assert code == 0, out
     broken, code, out = runs[(backend, "broken")]
     assert code != 0 and "worker 1 on localhost failed (killed by signal SIGKILL)" in out, out

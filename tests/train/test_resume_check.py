@@ -17,6 +17,8 @@ from safety_helpers import code_running_checkpoint
 from clipflow.errors import ClipflowError
 from clipflow.train.resume_check import check_resume, compare, kind_of, lr_at_resume
 
+pytestmark = pytest.mark.long  # a minute or more: started early under xdist (conftest's order)
+
 TWO_EPOCHS = {**TINY, "train": {**TINY["train"], "epochs": 2}}
 
 

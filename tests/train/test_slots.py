@@ -22,6 +22,8 @@ from sample_log_helpers import read_lines, trained_per_epoch
 from clipflow.data.listfile import write_list
 from clipflow.data.splits import epoch_order
 
+pytestmark = pytest.mark.long  # a minute or more: started early under xdist (conftest's order)
+
 
 def lists(folder, groups):
     """worker{r}.lst of each group of entries; the folder."""
