@@ -15,7 +15,6 @@ the evaluation's; the last line is the figures as JSON.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import subprocess
@@ -27,15 +26,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 from folder_helpers import MOTIONS, write_motion_video  # noqa: E402
-from helpers import copy_workflow, python_env  # noqa: E402
+from helpers import benchmark_seconds, copy_workflow, python_env  # noqa: E402
 
 CONFIG = "run: mine\nrecipe: slowfast_small_own\ndata: {source: folder, root: videos}\n"  # the README's
 FOLDERS = ["waving", "clapping", "jumping", "running"]
-
-
-def seconds(tsv: Path) -> float:
-    with tsv.open() as fh:
-        return float(next(csv.DictReader(fh, delimiter="\t"))["s"])
 
 
 def main() -> None:
@@ -81,8 +75,8 @@ def main() -> None:
         "size": manifest["splits"]["train"]["sizes"],
         "make_videos_s": round(made_s, 1),
         "run_s": round(run_s, 1),
-        "train_s": round(seconds(work / "benchmarks/mine/train.tsv"), 1),
-        "evaluate_s": round(seconds(work / "benchmarks/mine/evaluate.tsv"), 1),
+        "train_s": round(benchmark_seconds(work / "benchmarks/mine/train.tsv"), 1),
+        "evaluate_s": round(benchmark_seconds(work / "benchmarks/mine/evaluate.tsv"), 1),
         "top1": metrics["top1"],
         "chance": 1 / manifest["num_classes"],
         "top1_over_chance": round(metrics["top1"] * manifest["num_classes"], 2),

@@ -16,7 +16,6 @@ the last line is the figures as JSON.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import subprocess
@@ -27,14 +26,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
-from helpers import copy_workflow, free_port, python_env  # noqa: E402
+from helpers import benchmark_seconds, copy_workflow, free_port, python_env  # noqa: E402
 
 DEFAULT_MULTIGRID = {"long_cycle": True, "short_cycle": True}
-
-
-def seconds(tsv: Path) -> float:
-    with tsv.open() as fh:
-        return float(next(csv.DictReader(fh, delimiter="\t"))["s"])
 
 
 def run(work: Path, name: str, multigrid: dict | None) -> dict:
@@ -55,7 +49,7 @@ def run(work: Path, name: str, multigrid: dict | None) -> dict:
     history = [json.loads(line) for line in (work / f"results/{name}/train/metrics.jsonl").read_text().splitlines()]
     stages = sorted({h["multigrid"]["stage"] for h in history if "multigrid" in h} - {None})
     return {
-        "train_s": round(seconds(work / f"benchmarks/{name}/train.tsv"), 1),
+        "train_s": round(benchmark_seconds(work / f"benchmarks/{name}/train.tsv"), 1),
         "workflow_s": round(whole_s, 1),
         "epochs": len(history),
         "steps": history[-1]["step"],

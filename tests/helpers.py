@@ -4,6 +4,7 @@ a command refused bad input with one clear line."""
 
 from __future__ import annotations
 
+import csv
 import os
 import shutil
 import subprocess
@@ -20,6 +21,12 @@ def copy_workflow(work: Path) -> Path:
         (shutil.copytree if src.is_dir() else shutil.copy)(src, work / name)
     (work / "profiles").symlink_to("workflow/profiles")
     return work
+
+
+def benchmark_seconds(tsv: Path) -> float:
+    """The wall seconds of the job a Snakemake ``benchmark:`` file (tab-separated, its ``s`` column) records."""
+    with tsv.open() as fh:
+        return float(next(csv.DictReader(fh, delimiter="\t"))["s"])
 
 
 def clipflow(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:

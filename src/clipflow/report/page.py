@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import html
+import itertools
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -195,22 +196,21 @@ def _multigrid(history: list[dict]) -> str:
     """The multigrid run's cycle (clipflow.train.multigrid): one row per long-cycle stage as the epochs' records
     keep it, its epochs, clip shape, clips per worker, BatchNorm groups, lr factor, steps and seconds; nothing for
     a run without multigrid."""
-    records = [(h["epoch"], h["multigrid"], h) for h in history if isinstance(h.get("multigrid"), dict)]
+    records = [h for h in history if isinstance(h.get("multigrid"), dict)]
     if not records:
         return ""
     rows: list[list[object]] = []
-    for epoch, shape, h in records:
-        if rows and rows[-1][0] == shape.get("stage"):
-            row = rows[-1]
-            row[1] = f"{str(row[1]).split('-')[0]}-{epoch}"
-            row[7] += shape.get("steps", 0)
-            row[8] += h.get("epoch_time", 0.0)
-            continue
+    for stage, group in itertools.groupby(records, key=lambda h: h["multigrid"].get("stage")):
+        epochs = list(group)
+        first, last = epochs[0]["epoch"], epochs[-1]["epoch"]
+        shape = epochs[0]["multigrid"]
         stride = shape.get("stride") or [None, None]
-        rows.append([shape.get("stage"), str(epoch), f"{shape.get('frames')} x {shape.get('crop')}²",
-                     f"{stride[0]}-{stride[1]}", shape.get("clips"), shape.get("bn_splits"), shape.get("lr_factor"),
-                     shape.get("steps", 0), h.get("epoch_time", 0.0)])  # fmt: skip
-    short = records[0][1].get("short_cycle")
+        steps = sum(h["multigrid"].get("steps", 0) for h in epochs)
+        rows.append([stage, f"{first}-{last}" if last != first else str(first),
+                     f"{shape.get('frames')} x {shape.get('crop')}²", f"{stride[0]}-{stride[1]}", shape.get("clips"),
+                     shape.get("bn_splits"), shape.get("lr_factor"), steps,
+                     sum(h.get("epoch_time", 0.0) for h in epochs)])  # fmt: skip
+    short = records[0]["multigrid"].get("short_cycle")
     caption = ("Multigrid training: the long cycle's stages, each a clip shape (fast-pathway frames x crop) with "
                "its clips per worker and step grown to keep a step's work, the lr times the same factor and "
                "BatchNorm over groups of the batch."

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from clipflow.hosts.plan import Plan
 from clipflow.made import Made
 from clipflow.recipe import check_recipe
 from clipflow.schemas import read_checked_json, validate
-from clipflow.train.multigrid import check_multigrid
+from clipflow.train.multigrid import MultigridPlan, check_multigrid
 
 JOB_FILE = "job.json"
 VERSION = 1
@@ -129,6 +130,11 @@ class TrainJob:
     seed: int
     policy: RunPolicy = RunPolicy()
 
+    @cached_property
+    def multigrid(self) -> MultigridPlan | None:
+        """The recipe's multigrid plan (clipflow.train.multigrid), None without it; checked when the job is made."""
+        return check_multigrid(self.recipe)
+
     @property
     def file(self) -> Path:
         """Where the job is written: beside the run's checkpoints."""
@@ -189,20 +195,20 @@ class TrainJob:
             ps.check_for(data["backend"])
         except ClipflowError as exc:
             raise ClipflowError(f"{what}: {exc}") from None
-        recipe = check_recipe(data["recipe"], f"{what}: recipe")
-        try:
-            check_multigrid(recipe)
-        except ClipflowError as exc:
-            raise ClipflowError(f"{what}: recipe: {exc}") from None
-        return cls(
+        job = cls(
             plan=plan,
-            recipe=recipe,
+            recipe=check_recipe(data["recipe"], f"{what}: recipe"),
             backend=data["backend"],
             ps=ps,
             paths=TrainPaths.from_dict(data["paths"]),
             seed=data["seed"],
             policy=policy,
         )
+        try:
+            job.multigrid  # noqa: B018 (derived once, here: the trainer reads it)
+        except ClipflowError as exc:
+            raise ClipflowError(f"{what}: recipe: {exc}") from None
+        return job
 
     def write(self, into: Made | None = None) -> Path:
         """Writes the job to :attr:`file` (atomically, recorded as clipflow's: :meth:`made`), or as job.json to the

@@ -46,7 +46,7 @@ from clipflow.train.faults import FaultInjector
 from clipflow.train.init_from import start_from
 from clipflow.train.job import TrainJob
 from clipflow.train.loader_sizing import LoaderChoice, size_loader
-from clipflow.train.multigrid import MultigridPlan, StepShape, check_multigrid
+from clipflow.train.multigrid import MultigridPlan, StepShape
 from clipflow.train.precise_bn import PreciseBN, batch_order, recompute
 from clipflow.train.progress import TensorBoardScalars, epoch_bar, progress_interval
 from clipflow.train.resume_check import check_resume, job_facts, listed_iterations
@@ -119,7 +119,7 @@ class Trainer:
         t = recipe["train"]
         self.epochs, self.batch_size = t["epochs"], t["batch_size"]
         # multigrid (clipflow.train.multigrid): its run's epochs, each step's clip shape, batch, lr and BatchNorm
-        self.multigrid: MultigridPlan | None = check_multigrid(recipe)
+        self.multigrid: MultigridPlan | None = job.multigrid
         if self.multigrid is not None:
             self.epochs = self.multigrid.epochs
         shard = paths.shard(self.rank)
@@ -205,8 +205,8 @@ class Trainer:
     def _check_multigrid_batches(self, shard, length: int) -> None:
         """Every epoch of the multigrid run has a step: its first batch fits in a worker's ``length`` clips."""
         for epoch in range(self.multigrid.epochs):
-            if not self.multigrid.epoch_batches(epoch, length):
-                first = self.multigrid.step(epoch, 0)
+            first = self.multigrid.step(epoch, 0)
+            if first.batch > length:
                 raise ClipflowError(
                     f"{shard} has {length} videos, and multigrid's epoch {epoch + 1} takes {first.batch} clips in its "
                     "first step: give each worker more videos, a smaller train.batch_size or fewer workers"
@@ -596,7 +596,7 @@ class Trainer:
         else:  # each step's shape and batch from the cycles, from the plan's first step on (a resumed one's too)
             shapes = list(mg.steps_from(epoch - 1, first, len(lanes[0])))
             left, sizes = len(shapes), [shape.batch for shape in shapes]
-            iters = len(mg.epoch_batches(epoch - 1, self.part_length))
+            iters = first + left  # the epoch's steps: a resumed epoch's rest is the unbroken one's (steps_from)
             self.shaped.set(lanes[0], [(s.batch, ClipShape(s.frames, s.crop, s.least_stride, s.stride))
                                        for s in shapes])  # fmt: skip
 
