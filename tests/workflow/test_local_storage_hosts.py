@@ -1,5 +1,6 @@
 """Separate machines: three sshd hosts with private disks, one `snakemake --cores 1 train_slowfast` with
-``cluster.storage: auto`` from stage to report, a worker killed and a plan changed on the way.
+``cluster.storage: auto`` from stage to report, fine-tuned from a weights file (``train.init_from``) only the
+launcher has, a worker killed and a plan changed on the way.
 
 The hosts (tests/netns_hosts.py) each have their own home, where their staging folder and the run's folder live
 (not seen by the launcher, which names them from its own home, nor by the other hosts). Inside every host the
@@ -17,15 +18,20 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from helpers import python_env
 from netns_hosts import NetnsHosts, ssh_hosts  # noqa: F401
 from workflow_helpers import TINY, three_host_cluster, workflow_for_hosts
 
+from clipflow.checksums import sha256_of
 from clipflow.data.listfile import read_list
+from clipflow.models.builder import build_model
+from clipflow.recipe import load_recipe
 
 pytestmark = pytest.mark.hosts
 RUN = "apart"
 DATA_DIR = "results/data/apart"
+WEIGHTS = "results/start/model.pt"  # under the launcher's results: no host sees it
 
 
 @pytest.fixture(scope="module")
@@ -41,9 +47,13 @@ def flow(ssh_hosts: NetnsHosts, tmp_path_factory: pytest.TempPathFactory, repo: 
     # no link check: this test is about storage (tests/cluster/test_links_hosts and the shared-storage run of
     # tests/cluster/test_cluster_hosts check links); the two plans it makes would measure them twice
     cluster = three_host_cluster(python, key, known_hosts, storage="auto", link_check=False)
-    tiny = {**TINY, "data": {**TINY["data"], "dir": DATA_DIR}, "run": RUN, "cluster": cluster}
+    overrides = {**TINY["overrides"], "train": {**TINY["overrides"]["train"], "init_from": WEIGHTS}}
+    tiny = {**TINY, "data": {**TINY["data"], "dir": DATA_DIR}, "run": RUN, "cluster": cluster, "overrides": overrides}
     (work / "tiny.yaml").write_text(json.dumps(tiny))
-    (work / "results").mkdir()
+    recipe = load_recipe("slowfast_tiny_synthetic", TINY["overrides"])
+    torch.manual_seed(7)  # not the run's seed: the file's weights are not the ones the run would make
+    (work / WEIGHTS).parent.mkdir(parents=True)
+    torch.save({"model": build_model(recipe["model"]).state_dict(), "recipe": recipe}, work / WEIGHTS)
     for i in range(len(ssh_hosts.hosts)):
         ssh_hosts.mount_readonly(i, work)
         ssh_hosts.mount_tmpfs(i, work / "results", "64k")  # the launcher's results: not there on any host
@@ -112,6 +122,14 @@ def test_three_hosts_with_their_own_disks_stage_train_resume_and_report(ssh_host
     assert not (ssh_hosts.hosts[1].home / f"clipflow-jobs/{RUN}/checkpoints").exists()  # only rank 0 writes them
     home_copy = results / "checkpoints" / "epoch_0001.pt"
     assert home_copy.is_file()  # kept at home after the failure
+    # train.init_from went to rank 0's host with the job, and rank 0 started from it there
+    there = f"/root/clipflow-jobs/{RUN}/init_from/model.pt"
+    assert sha256_of(rank0.home / f"clipflow-jobs/{RUN}/init_from/model.pt") == sha256_of(flow / WEIGHTS)
+    tensors = len(torch.load(flow / WEIGHTS, weights_only=True)["model"])
+    assert f"train.init_from: {tensors} of {tensors} tensors loaded from {there} (a clipflow model" in (
+        flow / f"logs/{RUN}/train.log").read_text()  # fmt: skip
+    started = torch.load(home_copy, weights_only=True)["init_from"]
+    assert started["file"] == there and started["sha256"] == sha256_of(flow / WEIGHTS)
 
     # 2. the same command (worker 1 now killed in epoch 3, after its first step): only training reruns, from rank
     # 0's local checkpoint
@@ -143,6 +161,8 @@ def test_three_hosts_with_their_own_disks_stage_train_resume_and_report(ssh_host
     assert metrics["num_videos"] == TINY["data"]["synthetic"]["num_val"]
     collected = json.loads((results / "collected/manifest.json").read_text())
     kinds = {f["kind"] for f in collected["files"] if f["host"] == new_rank0.target}
+    facts = next(f for f in collected["files"] if f["kind"] == "run_facts")
+    assert json.loads((flow / facts["local"]).read_text())["init_from"]["file"] == there  # kept across the resumes
     assert {"model", "checkpoint", "history", "run_facts", "log"} <= kinds
     status = subprocess.run([sys.executable, "-m", "clipflow", "status", RUN], cwd=flow, capture_output=True,
                             text=True, env={**python_env(), "HOME": str(ssh_hosts.local_home)}, timeout=60)  # fmt: skip

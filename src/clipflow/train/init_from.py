@@ -14,6 +14,7 @@ for are named. What was loaded and what was not is printed and kept in the run's
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -28,7 +29,7 @@ def check_init_from(recipe: dict) -> Weights | None:
     path = recipe["train"].get("init_from") or ""
     if not path:
         return None
-    weights = read_weights(path, KEY)
+    weights = read_weights(Path(path).expanduser(), KEY)  # a host's own copy is named from ~ (train.launch)
     check_fits(weights, recipe["model"], KEY)
     return weights
 

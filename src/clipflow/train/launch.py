@@ -92,22 +92,37 @@ def listed_iterations_of(job: TrainJob) -> int | None:
     return listed_iterations(read_list(shard), job.recipe["train"]) or None
 
 
+def init_from_on_host(job: TrainJob, folder: str) -> tuple[str, Path] | None:
+    """Where rank 0's host keeps the recipe's ``train.init_from`` in the run's ``folder`` there (``init_from/`` and
+    the file's name) and the file here; None when the recipe names none."""
+    given = job.recipe["train"].get("init_from") or ""
+    if not given:
+        return None
+    return f"{folder}/init_from/{Path(given).name}", Path(given)
+
+
 def launch_on_own_disks(job: TrainJob, local: HostRun, log_dir: str, grace: float) -> Ending:
     """Training on hosts with their own disks: the job as the hosts run it (:meth:`TrainPaths.on_host`) written
-    here beside the checkpoints and put with the lists in the run's folder on every host, the newest checkpoint
-    placed on rank 0's host, the roles started there; then the outputs come home (or, after a failure, a copy of
-    the newest checkpoint)."""
+    here beside the checkpoints and put with the lists in the run's folder on every host, the recipe's
+    ``train.init_from`` and the newest checkpoint placed on rank 0's host, the roles started there; then the
+    outputs come home (or, after a failure, a copy of the newest checkpoint)."""
     from clipflow.launch import push
     from clipflow.train import host_run
 
     local.staged.check_hosts(job.plan.role_hosts(), "train launch")
     keys = push.key_files(job.plan, f"{local.folder}/ps_keys")  # the roles read the job's keys there
     plan = replace(job.plan, keys_dir=f"{local.folder}/ps_keys" if keys else "")
-    remote = replace(job, plan=plan, paths=job.paths.on_host(local.folder, local.staged.root()))
+    weights = init_from_on_host(job, local.folder)  # rank 0 reads train.init_from from its own disk
+    recipe = job.recipe
+    if weights is not None:
+        recipe = {**recipe, "train": {**recipe["train"], "init_from": weights[0]}}
+    remote = replace(job, plan=plan, recipe=recipe, paths=job.paths.on_host(local.folder, local.staged.root()))
     job_file = remote.write(job.made())
 
     def files(host: str) -> dict[str, Path]:
         wanted = {f"{local.folder}/{JOB_FILE}": job_file, **keys}
+        if weights is not None and host == plan.rank0_host():
+            wanted[weights[0]] = weights[1]
         wanted.update({str(remote.paths.shard(rank)): job.paths.shard(rank) for rank in plan.worker_ranks(host)})
         if job.paths.val_list is not None and remote.paths.val_list is not None:
             wanted[str(remote.paths.val_list)] = job.paths.val_list
