@@ -10,7 +10,9 @@ over 1.5 x the epochs). Each ends with the recipe's test protocol, 10 clips x 3 
 videos (the synthetic set is made from its seed). It prints, per run, the train stage's wall time (Snakemake's
 benchmark file), its steps and epochs, the video top-1 of the evaluation, and then the wall-clock ratio (standard
 over multigrid: the issue's goal is at least 2) and whether multigrid's top-1 reached the standard's less 1 point;
-the last line is the figures as JSON.
+the last line is the figures as JSON. Beside them, per run, the clips a worker decoded, the decode time a clip (the
+loader's own measurement) and their product: the time decoding alone takes a worker on its core, which no shape
+of the cycles makes smaller (a clip is decoded over its whole span whatever its frames and crop).
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ def run(work: Path, name: str, multigrid: dict | None) -> dict:
     metrics = json.loads((work / f"results/{name}/metrics.json").read_text())
     history = [json.loads(line) for line in (work / f"results/{name}/train/metrics.jsonl").read_text().splitlines()]
     stages = sorted({h["multigrid"]["stage"] for h in history if "multigrid" in h} - {None})
+    workers = [w for h in history for w in h["workers"]]
+    clips = sum(w["clips_per_s"] * (w["data_time"] + w["step_time"]) for w in workers) / len(history[0]["workers"])
+    decode_s = sum(w["loader"]["decode_s"] / w["loader"]["batch"] for w in workers) / len(workers)
     return {
         "train_s": round(benchmark_seconds(work / f"benchmarks/{name}/train.tsv"), 1),
         "workflow_s": round(whole_s, 1),
@@ -57,6 +62,9 @@ def run(work: Path, name: str, multigrid: dict | None) -> dict:
         "waiting_for_data": round(
             sum(h["data_time"] for h in history) / max(sum(h["data_time"] + h["step_time"] for h in history), 1e-9), 3
         ),  # fmt: skip
+        "clips_a_worker": round(clips),
+        "decode_ms_a_clip": round(1000 * decode_s, 2),  # the loader's own measurement (clipflow.train.loader_sizing)
+        "decode_floor_s": round(clips * decode_s, 1),  # decoding alone, a worker on its core: the stage takes more
         "top1": metrics["top1"],
         "val_videos": metrics["num_videos"],
     }
