@@ -23,20 +23,13 @@ import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from clipflow.checksums import sha256_of
 from clipflow.errors import ClipflowError
 from clipflow.files import temp_beside, write_text_atomic
 
 RECORD = ".clipflow-made.json"
 JOURNAL = "journal"  # the record's value for a journal: its bytes are not compared
 ABOUT = "files clipflow wrote in this folder: name -> sha256 of the bytes written; it replaces only these"
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def record_files(text: str) -> dict:
@@ -81,7 +74,7 @@ class Made:
                 why = "is a link" if path.is_symlink() else "is a folder"
             elif known is None:
                 why = f"is not a file clipflow wrote there (it is not in {RECORD})"
-            elif known == JOURNAL or sha256_file(path) in known:
+            elif known == JOURNAL or sha256_of(path) in known:
                 continue
             else:
                 why = "was changed since clipflow wrote it (its bytes differ from those it wrote)"
@@ -120,7 +113,7 @@ class Made:
         recording the hashes first; one record write before and one after, however many files."""
         if not finished:
             return
-        done = [(name, tmp, digest or sha256_file(tmp)) for name, tmp, digest in finished]
+        done = [(name, tmp, digest or sha256_of(tmp)) for name, tmp, digest in finished]
         with self._locked():
             files = self._load()
             for name, _, digest in done:  # the old bytes stay accepted until the rename is done

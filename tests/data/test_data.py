@@ -1,13 +1,17 @@
 """Data stage: list files, the decord scan with broken videos, clip sampling, splits."""
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 from disk_helpers import PAGE, files_on, fill, full_message
-from helpers import assert_refused, clipflow
+from helpers import assert_refused, clipflow, python_env
 
+from clipflow.checksums import sha256_of
 from clipflow.data.dataset import ClipShape, SlowFastClips
 from clipflow.data.listfile import VideoEntry, read_list, write_list
 from clipflow.data.sampling import ClipSpec, slowfast_indices, span_indices, train_offsets, val_offsets
@@ -28,6 +32,36 @@ def test_synthetic_set_is_made_once(tiny_videos):
     assert {p: p.stat().st_mtime_ns for p in videos} == stamps
     labels = read_list(tiny_videos / "train_labels.txt")
     assert {e.label for e in labels} == set(range(len(CLASSES)))
+
+
+ON_ONE_CPU = """
+import os, sys
+from pathlib import Path
+import numpy as np
+from clipflow.data.reencode import ReencodeSpec, reencode
+from clipflow.data.synthetic import SyntheticSpec, encode_to_tmp, render
+out = Path(sys.argv[1])
+if sys.argv[2] == "one":
+    os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+spec = SyntheticSpec(short_side=256)
+encode_to_tmp(out / "made.mp4", render(5, 48, spec, np.random.default_rng(3)), spec.fps, spec.keyframe_interval).rename(
+    out / "made.mp4")
+reencode(out / "made.mp4", out / "again.mp4", ReencodeSpec(short_side=240), threads=0)
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to compare with 1")
+def test_the_synthetic_set_and_a_reencode_are_the_same_files_on_one_cpu_as_on_all(tmp_path):
+    """x264 takes its thread count from the CPUs a process may use, and its bitstream from that count: the
+    synthetic set and every re-encode would differ between machines (and from the docs' figures)."""
+    made = {}
+    for cpus in ("one", "all"):
+        (tmp_path / cpus).mkdir()
+        done = subprocess.run([sys.executable, "-c", ON_ONE_CPU, str(tmp_path / cpus), cpus], capture_output=True,
+                              text=True, env=python_env(), timeout=120)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        made[cpus] = {name: sha256_of(tmp_path / cpus / name) for name in ("made.mp4", "again.mp4")}
+    assert made["one"] == made["all"]
 
 
 def test_a_synthetic_set_on_a_full_disk_is_one_line_and_leaves_no_video_under_its_name(small_disk):

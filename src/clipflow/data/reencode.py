@@ -68,6 +68,9 @@ X264_PRESETS = (
 BT709, SMPTE170M, LIMITED = 1, 6, 1  # FFmpeg's AVColorSpace and AVColorRange values
 JOURNAL = "reencode.jsonl"  # in dst_root: one JSON line per finished output, the last line for a path wins
 RECORD_KEYS = {"dst", "spec", "frames", "size"}
+# x264's bitstream depends on its thread count (by default taken from the CPUs it may run on): one thread makes
+# the same file on every machine, and videos are encoded side by side anyway (the decoder takes the threads given)
+ENCODER_THREADS = 1
 VERSION = 2  # of how outputs are made: 2 picks ffmpeg's fps frames, turns and keeps the colours (1: no record)
 
 
@@ -219,7 +222,7 @@ def _open_input(src: Path) -> av.container.InputContainer:
 
 
 def _add_video_stream(
-    out: av.container.OutputContainer, spec: ReencodeSpec, width: int, height: int, threads: int, bt709: bool
+    out: av.container.OutputContainer, spec: ReencodeSpec, width: int, height: int, bt709: bool
 ) -> av.VideoStream:
     """H.264 yuv420p stream with a keyframe exactly every spec.keyframe_interval frames.
 
@@ -232,7 +235,7 @@ def _add_video_stream(
     stream.width, stream.height = width, height
     stream.pix_fmt = "yuv420p"
     stream.codec_context.gop_size = spec.keyframe_interval
-    stream.codec_context.thread_count = threads
+    stream.codec_context.thread_count = ENCODER_THREADS
     stream.codec_context.color_range = LIMITED
     stream.codec_context.colorspace = BT709 if bt709 else SMPTE170M  # SMPTE 170M: BT.601's matrix
     interval = str(spec.keyframe_interval)
@@ -262,7 +265,7 @@ def _encode(src: Path, tmp: Path, spec: ReencodeSpec, threads: int) -> tuple[int
             if stream is None:
                 first = output_slot(start, rate)
                 width, height = spec.output_size(*shown_size(frame))
-                stream = _add_video_stream(out, spec, width, height, threads, frame.colorspace == BT709)
+                stream = _add_video_stream(out, spec, width, height, frame.colorspace == BT709)
                 display = Display(output_look(frame, width, height))
             # this frame fills the output slots from its own to the next frame's (ffmpeg's fps filter)
             last = output_slot(end, rate) - first
@@ -293,8 +296,9 @@ def reencode(src: str | Path, dst: str | Path, spec: ReencodeSpec, threads: int 
     when src cannot be read to its end.
 
     The output is written to a new `<dst>.<random>.part` and renamed to dst only when complete, so an interrupted
-    run never leaves a partial file under dst's name. threads is the encoder's thread count
-    (0: as many as fit the machine); use 1 when several videos are encoded in parallel.
+    run never leaves a partial file under dst's name. threads is the decoder's thread count (0: as many as fit
+    the machine); use 1 when several videos are encoded in parallel. The encoder runs on one thread, so the file
+    is the same on every machine.
     """
     src, dst = Path(src), Path(dst)
     began = time.perf_counter()
