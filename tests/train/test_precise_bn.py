@@ -215,41 +215,50 @@ if __name__ == "__main__":
 
 
 def test_a_trained_model_ends_with_the_population_statistics_of_both_workers_batches(tmp_path, tiny_videos):
-    """The trainer on the parameter server, 2 workers of 2 batches each, asked for 3: the final model's statistics
-    are those of the batches each worker ran (batch_order, the epoch's draws), through the final weights."""
+    """The trainer on the parameter server, 2 workers of 2 batches each, asked for 3, 2 epochs: the epoch-1
+    checkpoint (no validation then) and the final model hold the statistics of the batches each worker ran
+    (batch_order, the epoch's draws), through that epoch's weights, as PySlowFast recomputes them at every
+    checkpoint and evaluation epoch."""
     from launch_helpers import TINY, launch, two_splits
 
+    splits = two_splits(tmp_path, tiny_videos)
+    overrides = {**TINY, "train": {**TINY["train"], "epochs": 2, "precise_bn_batches": 3}}
+    done = launch(tmp_path, tiny_videos, splits, overrides=overrides, env_extra={"CLIPFLOW_TORCH_THREADS": "1"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = "precise BN: running mean and variance of {} BatchNorm layers recomputed over 2 batches per worker"
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["precise_bn_batches"] for r in records] == [2, 2] and "val_top1" not in records[0]
+    assert json.loads((tmp_path / "ckpt" / "run.json").read_text())["precise_bn_batches"] == 3
+    assert (
+        "(train.precise_bn_batches 3: the loader had only 2), 4 over 2 workers (8 clips)" in done.stdout + done.stderr
+    )
+    for epoch, saved in ((1, tmp_path / "ckpt" / "epoch_0001.pt"), (2, tmp_path / "model.pt")):
+        state = torch.load(saved, weights_only=False)
+        diff, layers = population_difference(state["model"], state["recipe"], splits, tiny_videos, epoch)
+        assert said.format(layers) in done.stdout + done.stderr
+        assert close(diff), (epoch, diff)
+        print(f"trainer, 2 workers, epoch {epoch}: max difference: mean {diff[0]:.1e}, variance {diff[1]:.1e}")
+
+
+def population_difference(weights: dict, recipe: dict, splits, videos, epoch: int) -> tuple[tuple[float, float], int]:
+    """The largest relative differences of ``weights``' running mean and variance from the population statistics
+    of the batches both workers ran for precise BN after ``epoch``, through those weights; and the layers' count."""
     from clipflow.data.build import build_dataset
     from clipflow.data.loader import make_loader
     from clipflow.models.builder import build_model
 
-    splits = two_splits(tmp_path, tiny_videos)
-    overrides = {**TINY, "train": {**TINY["train"], "precise_bn_batches": 3}}
-    done = launch(tmp_path, tiny_videos, splits, overrides=overrides, env_extra={"CLIPFLOW_TORCH_THREADS": "1"})
-    assert done.returncode == 0, done.stdout + done.stderr
-    said = "precise BN: running mean and variance of {} BatchNorm layers recomputed over 2 batches per worker"
-    saved = torch.load(tmp_path / "model.pt", weights_only=False)
-    recipe = saved["recipe"]
     model = build_model(recipe["model"])
-    model.load_state_dict(saved["model"])
-    assert said.format(len(bn_layers(model))) in done.stdout + done.stderr
-    assert (
-        "(train.precise_bn_batches 3: the loader had only 2), 4 over 2 workers (8 clips)" in done.stdout + done.stderr
-    )
-    (record,) = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert record["precise_bn_batches"] == 2
-    assert json.loads((tmp_path / "ckpt" / "run.json").read_text())["precise_bn_batches"] == 3
+    model.load_state_dict(weights)
     clips = []
     for rank in (0, 1):
-        shard = splits / f"worker{rank}.lst"
-        dataset = build_dataset(recipe, shard, tiny_videos, "train", 0, keys=list(range(4)))
-        dataset.set_epoch(1)
-        loader = make_loader(dataset, 2, batch_order(4, 2, 3, (0, rank, 1)))
+        dataset = build_dataset(recipe, splits / f"worker{rank}.lst", videos, "train", 0, keys=list(range(4)))
+        dataset.set_epoch(epoch)
+        loader = make_loader(dataset, 2, batch_order(4, 2, 3, (0, rank, epoch)))
         clips += [[dataset.normalize(x) for x in batch[:-1]] for batch in loader]
     seen: dict[int, list[torch.Tensor]] = {}
     layers = bn_layers(build_model(recipe["model"]))
     frozen = build_model(recipe["model"])
-    frozen.load_state_dict(saved["model"])
+    frozen.load_state_dict(weights)
     for i, layer in enumerate(bn_layers(frozen)):
         layer.register_forward_pre_hook(lambda _m, args, i=i: seen.setdefault(i, []).append(args[0].detach()))
     frozen.eval()
@@ -271,5 +280,4 @@ def test_a_trained_model_ends_with_the_population_statistics_of_both_workers_bat
             max(diff[0], float(((layer.running_mean.double() - mean).abs() / (mean.abs() + var.sqrt())).max())),
             max(diff[1], float(((layer.running_var.double() - var).abs() / var).max())),
         )
-    assert close(diff), diff
-    print(f"trainer, 2 workers: max difference: mean {diff[0]:.1e}, variance {diff[1]:.1e}")
+    return diff, len(layers)

@@ -675,8 +675,9 @@ class Trainer:
         validating = self.eval_every and (epoch % self.eval_every == 0 or epoch == self.epochs)
         if self.eval_every and mg is not None and mg.eval_epoch(epoch - 1) is not None:
             validating = mg.eval_epoch(epoch - 1)  # the long cycle's: each stage's end and eval_freq in between
+        saving = epoch % self.recipe["train"]["save_frequency"] == 0 or epoch == self.epochs
         precise = self._precise_bn(epoch) if self.recipe["train"]["precise_bn_batches"] and (
-            validating or epoch == self.epochs) else None  # fmt: skip
+            validating or saving) else None  # as PySlowFast: before every evaluation and checkpoint  # fmt: skip
         val = self._validate() if validating else {}
         if self.rank == 0:
             record = {
@@ -691,7 +692,7 @@ class Trainer:
                 "step_time": step_time,
                 "epoch_time": elapsed,
                 "workers": workers,  # each worker's clips/s and its data and compute seconds
-                **({"precise_bn_batches": precise.batches} if precise else {}),  # per worker, before validation
+                **({"precise_bn_batches": precise.batches} if precise else {}),  # batches per worker
                 **({"multigrid": self._multigrid_record(epoch, shapes)} if mg is not None else {}),
                 **val,
             }
@@ -707,6 +708,6 @@ class Trainer:
             self._append_history(record, epoch - 1)
             if self.board:
                 self.board.epoch(record)
-            if epoch % self.recipe["train"]["save_frequency"] == 0 or epoch == self.epochs:
+            if saving:
                 self._checkpoint(epoch, step)
         return step
