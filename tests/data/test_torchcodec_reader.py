@@ -161,3 +161,22 @@ def test_a_video_torchcodec_cannot_read_is_named_as_the_other_readers_name_it(tm
         with pytest.raises(ClipflowError) as error:
             read_frames(turned, [0], 32, 32, decoder)
         assert str(error.value) == "its display matrix turns the picture by 315 degrees; only quarter turns are read"
+
+
+def test_a_video_is_opened_by_pyav_once_a_process_while_it_stays_the_same(monkeypatch, tmp_path: Path) -> None:
+    """torchcodec reads a clip; PyAV's opening (the user's words for a bad file, the first video stream) is done
+    once a file, again when the file changes."""
+    from clipflow.data import torchcodec_reader
+
+    opened: list[Path] = []
+    real = torchcodec_reader.open_video
+    monkeypatch.setattr(torchcodec_reader, "open_video", lambda path: opened.append(path) or real(path))
+    rng = np.random.default_rng(5)
+    video = tmp_path / "v.mp4"
+    write_video(video, rng.integers(0, 255, (24, 48, 64, 3), dtype=np.uint8), 25, 8)
+    first = read_frames(video, [0, 5], 32, 32, "torchcodec")
+    assert np.array_equal(read_frames(video, [0, 5], 32, 32, "torchcodec"), first) and opened == [video]
+    video.write_text("not a video")  # the same name, other bytes: looked at again, and named
+    with pytest.raises(ClipflowError) as error:
+        read_frames(video, [0], 32, 32, "torchcodec")
+    assert opened == [video, video] and ".cpp" not in str(error.value)

@@ -52,12 +52,13 @@ above 0 in GPU training) a read is refused with a message saying so; there ``nvd
 
 A file it cannot read is named as the other readers name it (:func:`clipflow.data.reader.open_video` opens it first,
 so a folder, an audio-only or a text file get the same reason, never torchcodec's own check text); a failure past
-the opening is "damaged or cut short".
+the opening is "damaged or cut short". That first opening also finds the first video stream; a process does it once
+a file (:func:`video_stream`, kept while the file's size and time of change stay), not at every clip.
 """
 
 from __future__ import annotations
 
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -115,6 +116,29 @@ def _checked(decoder: str) -> None:
     prepare(decoder)
 
 
+def video_stream(path: Path) -> int:
+    """The index of the first video stream of ``path`` (the one the PyAV reader reads), found by opening it with
+    PyAV: a file that is no readable video is named in the user's words before torchcodec sees it. Kept per
+    process while the file's size and time of change stay."""
+    try:
+        stat = path.stat()
+    except OSError:
+        stat = None
+    if stat is None:
+        return _first_video_stream(str(path))  # open_video names why (a missing file, a folder, ...)
+    return _first_video_stream_kept(str(path), stat.st_size, stat.st_mtime_ns)
+
+
+def _first_video_stream(path: str) -> int:
+    with open_video(Path(path)) as container:
+        return container.streams.video[0].index
+
+
+@lru_cache(maxsize=4096)
+def _first_video_stream_kept(path: str, size: int, changed_ns: int) -> int:
+    return _first_video_stream(path)
+
+
 def read_with_torchcodec(path: Path, indices: list[int], width: int, height: int, decoder: str) -> np.ndarray:
     """Frames ``indices`` (display order, 0-based) of the video at ``path`` as (N, height, width, 3) uint8 RGB,
     decoded by torchcodec on the CPU (``decoder`` torchcodec) or with NVDEC (nvdec); see the module. Raises
@@ -130,8 +154,7 @@ def read_with_torchcodec(path: Path, indices: list[int], width: int, height: int
     _checked(decoder)
     from torchcodec.decoders import VideoDecoder
 
-    with open_video(path) as container:  # the reasons in the user's words, before torchcodec sees the file
-        stream = container.streams.video[0].index
+    stream = video_stream(path)
     device = torch.device("cuda", torch.cuda.current_device()) if decoder == "nvdec" else "cpu"
     try:
         reader = VideoDecoder(str(path), stream_index=stream, dimension_order="NHWC", num_ffmpeg_threads=1,
