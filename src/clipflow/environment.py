@@ -200,7 +200,7 @@ VARIABLES = (
              "`auto` (a GPU when the host has one), `cpu` or `cuda`",
              lambda env, name: choice_var(env, name, DEVICE_KINDS, "auto")),
     Variable("CLIPFLOW_TORCH_THREADS", "torch_threads", "", "you",
-             "torch threads of a worker; default: its host's cores / workers on that host",
+             "torch threads of a worker; default: the CPUs it may run on / workers on that host",
              lambda env, name: None if optional_var(env, name) is None else int_var(
                  env, name, "an integer >= 1 (torch threads of this worker)", low=1)),
     Variable("CLIPFLOW_WORKERS_ON_HOST", "workers_on_host", "1", "launcher",

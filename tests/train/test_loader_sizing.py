@@ -5,11 +5,15 @@ run's choice, printed and recorded, is checked in tests/train/test_launch.py (au
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
+from helpers import python_env
 from launch_helpers import TINY
 
 from clipflow.data.loader import make_loader
@@ -123,3 +127,24 @@ def test_the_recipe_takes_auto_or_a_whole_number():
         )
     with pytest.raises(ClipflowError, match=r"train.loader_prefetch: 0 is not valid .*; give auto or a whole number"):
         load_recipe("slowfast_tiny_synthetic", {"train": {"loader_prefetch": 0}})
+
+
+ON_ONE_CPU = """
+import os
+os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+from clipflow.train.loader_sizing import worker_cores
+from clipflow.train.worker import set_torch_threads
+import torch
+print(set_torch_threads(), torch.get_num_threads(), worker_cores())
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to run on fewer")
+def test_a_worker_allowed_one_cpu_of_several_computes_and_sizes_its_loader_on_one():
+    """A Slurm job's or a container's CPU set, not the host's CPU count, is what a worker's torch threads and its
+    loader share: more threads than CPUs would slow every step."""
+    env = {k: v for k, v in python_env().items() if k != "CLIPFLOW_TORCH_THREADS"}
+    done = subprocess.run([sys.executable, "-c", ON_ONE_CPU], capture_output=True, text=True,
+                          env={**env, "CLIPFLOW_WORKERS_ON_HOST": "1"}, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "1", "1"]

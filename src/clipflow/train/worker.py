@@ -11,7 +11,6 @@ torch.distributed, as MXNet's and torchrun's workers find them).
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 
 import torch
@@ -23,6 +22,7 @@ from clipflow.train.checkpoint import telling_resume
 from clipflow.train.comm import DDPConfig, PSComm, run_in_group
 from clipflow.train.device import worker_device
 from clipflow.train.job import TrainJob
+from clipflow.train.loader_sizing import worker_cores
 
 
 def bootstrap() -> torch.device:
@@ -32,10 +32,11 @@ def bootstrap() -> torch.device:
 
 
 def set_torch_threads() -> int:
-    """A worker's torch threads: CLIPFLOW_TORCH_THREADS, else its share of the host's cores
-    (CLIPFLOW_WORKERS_ON_HOST workers share them); returns the count."""
+    """A worker's torch threads: CLIPFLOW_TORCH_THREADS, else its share of the CPUs it may run on
+    (CLIPFLOW_WORKERS_ON_HOST workers share them: :func:`clipflow.train.loader_sizing.worker_cores`, which sizes
+    its loader from the same share); returns the count."""
     env = read_env()
-    threads = env.torch_threads or max(1, (os.cpu_count() or 1) // env.workers_on_host)
+    threads = env.torch_threads or worker_cores(env.workers_on_host)
     torch.set_num_threads(threads)
     return threads
 
