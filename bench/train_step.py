@@ -32,8 +32,8 @@ import torch.nn.functional as F
 
 from clipflow.models.builder import build_model
 from clipflow.models.cards import CARDS
+from clipflow.models.step import StepOptions
 from clipflow.recipe import load_recipe
-from clipflow.train.step import StepOptions
 
 
 def variants(compile_too: bool) -> dict[str, StepOptions]:

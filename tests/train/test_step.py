@@ -9,8 +9,8 @@ import torch
 
 from clipflow.errors import ClipflowError
 from clipflow.models.builder import build_model
+from clipflow.models.step import StepOptions
 from clipflow.recipe import load_recipe
-from clipflow.train.step import StepOptions
 
 
 def tiny() -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
@@ -63,3 +63,28 @@ def test_bad_step_settings_are_named():
     with pytest.raises(ClipflowError, match=r"train.precision: 'fp16' is not one of \['fp32', 'bf16'\]"):
         load_recipe("slowfast_tiny_synthetic", {"train": {"precision": "fp16"}})
     assert StepOptions.from_recipe(load_recipe("slowfast_tiny_synthetic")) == StepOptions()
+
+
+@pytest.mark.parametrize(("precision", "channels_last"), [("fp32", False), ("bf16", True)])
+def test_the_timed_step_runs_as_the_trainers_step(monkeypatch, precision, channels_last):
+    """The step the link check predicts with and the loader is sized by (clipflow.models.step_timing) is the
+    trainer's: under the recipe's precision and in its memory layout (compile aside: see that module)."""
+    from clipflow.models import step_timing
+
+    seen: list[tuple] = []
+    build = step_timing._model
+
+    def watched(recipe):
+        model = build(recipe)
+        last = torch.channels_last_3d
+        model.register_forward_pre_hook(lambda _m, args: seen.append((
+            torch.is_autocast_enabled("cpu"), all(x.is_contiguous(memory_format=last) for x in args),
+            model.fast_stem.conv.weight.is_contiguous(memory_format=last))))  # fmt: skip
+        return model
+
+    monkeypatch.setattr(step_timing, "_model", watched)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    recipe = load_recipe("slowfast_tiny_synthetic", {"train": {"batch_size": 2, "precision": precision,
+                                                               "channels_last": channels_last}})  # fmt: skip
+    assert step_timing.time_step(recipe, bound_s=0.0) > 0
+    assert seen and set(seen) == {(precision == "bf16", channels_last, channels_last)}

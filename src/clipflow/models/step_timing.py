@@ -5,12 +5,16 @@ gradient's bytes a step exchanges.
 
 The clips' shape is GluonCV's sampling with one segment (the fast pathway every ``fast_temporal_stride``-th frame of
 ``new_length``, the slow one every ``slow_temporal_stride``-th), an approximation where a recipe samples otherwise.
+The pass runs as the trainer's does (clipflow.models.step): the recipe's ``precision`` (bf16 autocast) and
+``channels_last``; not its ``compile``, whose first pass compiles for longer than a timing may last (a compiled step
+is faster: the loader is then sized for a slower step than it feeds).
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import replace
 
 TIMED_STEPS = 2  # after one untimed step (allocations); the median is kept
 UNKNOWN_CLASSES = 400  # the head a recipe that takes its classes from the data is timed with (Kinetics-400's)
@@ -49,15 +53,19 @@ def time_step(recipe: dict, bound_s: float = 30.0) -> float:
     GPU when there is one): one untimed pass, then up to :data:`TIMED_STEPS` while ``bound_s`` lasts."""
     import torch
 
+    from clipflow.models.cards import is_image_model
+    from clipflow.models.step import StepOptions
+
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = _model(recipe).to(device).train()
+    options = replace(StepOptions.from_recipe(recipe), compile=False)
+    model = options.layout(_model(recipe).to(device).train(), is_image_model(recipe["model"]["name"]))
     inputs = [torch.randn(shape, device=device) for shape in clip_shapes(recipe, recipe["train"]["batch_size"])]
     labels = torch.zeros(recipe["train"]["batch_size"], dtype=torch.long, device=device)
     times: list[float] = []
     began = time.perf_counter()
     for _ in range(TIMED_STEPS + 1):
         start = time.perf_counter()
-        loss = torch.nn.functional.cross_entropy(model(*inputs), labels)
+        loss = torch.nn.functional.cross_entropy(options.logits(model, *inputs), labels)
         loss.backward()
         if device == "cuda":
             torch.cuda.synchronize()

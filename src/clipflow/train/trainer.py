@@ -39,6 +39,7 @@ from clipflow.jsonl import open_for_append, record_lines
 from clipflow.launch.notice import Notice, StoppedOnNotice
 from clipflow.models.builder import build_model
 from clipflow.models.cards import is_image_model
+from clipflow.models.step import StepOptions
 from clipflow.train.bn_groups import BatchNormGroups
 from clipflow.train.checkpoint import BEST, BEST_FACTS, HISTORY, RUN_FACTS, CheckpointStore, atomic_save
 from clipflow.train.comm import DDPComm, PSComm
@@ -66,7 +67,6 @@ from clipflow.train.slots import (
     schedule_point,
     spread,
 )
-from clipflow.train.step import StepOptions
 from clipflow.train.totals import FIELDS, WORDS, Totals, checkpoint_record, from_checkpoint, gather, words_of
 from clipflow.train.validate import ValShard
 from clipflow.values import is_int

@@ -6,8 +6,9 @@ autocast lists them), ``channels_last`` (model and clips in channels_last_3d, im
 channels_last: the layouts cuDNN's and oneDNN's convolutions prefer) and ``compile``
 (torch.compile of the model). ``prepare(model)`` applies the layout and compilation once;
 ``logits(model, *inputs)`` (slow and fast clips, or one batch of images) runs the forward
-under the chosen precision. The trainer and
-bench/train_step.py both go through here, so the bench measures the trainer's step.
+under the chosen precision. The trainer, bench/train_step.py and the timed step
+(clipflow.models.step_timing: the link check's prediction, the loader's sizing) go through here, so they measure the
+trainer's step.
 """
 
 from __future__ import annotations
