@@ -98,7 +98,7 @@ def init_from_on_host(job: TrainJob, folder: str) -> tuple[str, Path] | None:
     given = job.recipe["train"].get("init_from") or ""
     if not given:
         return None
-    return f"{folder}/init_from/{Path(given).name}", Path(given)
+    return f"{folder}/init_from/{Path(given).name}", Path(given).expanduser()
 
 
 def launch_on_own_disks(job: TrainJob, local: HostRun, log_dir: str, grace: float) -> Ending:
