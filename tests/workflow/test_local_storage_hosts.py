@@ -1,6 +1,6 @@
 """Separate machines: three sshd hosts with private disks, one `snakemake --cores 1 train_slowfast` with
 ``cluster.storage: auto`` from stage to report, fine-tuned from a weights file (``train.init_from``) only the
-launcher has, a worker killed and a plan changed on the way.
+launcher has, a user's file in the run's folder on a host refused, a worker killed and a plan changed on the way.
 
 The hosts (tests/netns_hosts.py) each have their own home, where their staging folder and the run's folder live
 (not seen by the launcher, which names them from its own home, nor by the other hosts). Inside every host the
@@ -98,6 +98,19 @@ def staged_files(hosts: NetnsHosts, i: int, name: str) -> set[str]:
 
 def test_three_hosts_with_their_own_disks_stage_train_resume_and_report(ssh_hosts: NetnsHosts, flow: Path) -> None:  # noqa: F811
     results = flow / "results" / RUN
+    # 0. a file of the user's where the run's val list goes on host 2: refused by name before any role starts,
+    # never replaced
+    theirs = ssh_hosts.hosts[2].home / f"clipflow-jobs/{RUN}/val.lst"
+    theirs.parent.mkdir(parents=True)
+    theirs.write_text("their own\n")
+    refused = snakemake(ssh_hosts, flow, "hosts")
+    assert refused.returncode != 0
+    said = (flow / f"logs/{RUN}/train.log").read_text()
+    assert re.search(rf"{re.escape(ssh_hosts.hosts[2].target)}: \S*clipflow-jobs/{RUN}/val.lst is not a file clipflow "
+                     r"put there \(its folder's .clipflow-made.json does not name it\), so it is not replaced; move it "
+                     "away there", said), said[-3000:]  # fmt: skip
+    assert theirs.read_text() == "their own\n" and "epoch 1/" not in said  # kept, and no role trained
+    theirs.unlink()
     # 1. worker 1 killed in epoch 2 after its first step (so rank 0 saved epoch 1 on its own disk): the run fails
     first = snakemake(ssh_hosts, flow, "hosts", fault="1:2:1")
     assert first.returncode != 0, (first.stdout + first.stderr)[-4000:]

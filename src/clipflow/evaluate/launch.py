@@ -51,7 +51,7 @@ def evaluate_on_own_disks(job: EvalJob, local: HostRun, log_dir: str, grace: flo
     for name in ("classes.txt", "manifest.json"):  # the class names beside the list (clipflow.evaluate.classes)
         if (job.list.parent / name).is_file():
             files[f"{folder}/{name}"] = job.list.parent / name
-    push_job_files(job.plan, lambda host: files)
+    push_job_files(job.plan, folder, lambda host: files)
     command = job_command("evaluate", f"{folder}/{JOB_FILE}")
     code = launch_workers(job.plan, command, "ddp", log_dir, grace, host_logs=False, workdir=local.folder)
     if code == 0:

@@ -6,19 +6,29 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from clipflow.checksums import sha256_of
 from clipflow.errors import ClipflowError
 from clipflow.hosts.files import SftpFiles, open_host
 from clipflow.hosts.plan import Plan
+from clipflow.hosts.remote_record import check_ours, name_in, read_record, write_record
 from clipflow.hosts.transfer import push_checked
 
 
-def push_job_files(plan: Plan, files: Callable[[str], dict[str, Path]], log=print) -> None:
-    """On every host of ``plan``, ``files(host)`` (remote path -> local file) put there, each checked; a secret
-    (a CURVE ``*_secret`` key) readable by its owner only."""
+def push_job_files(plan: Plan, folder: str, files: Callable[[str], dict[str, Path]], log=print) -> None:
+    """On every host of ``plan``, ``files(host)`` (remote path under the run's ``folder`` there -> local file) put
+    there, each checked; a secret (a CURVE ``*_secret`` key) readable by its owner only. The folder's record there
+    (clipflow.hosts.remote_record) names them first: a file of one of those names there that it does not name is
+    refused, never replaced."""
+    fix = f"move it away there, or give the run another name (run) or folder (cluster.job_dir) than {folder}"
     for host in plan.role_hosts():
         where = open_remote(plan, host)
         try:
-            for remote, local in files(host).items():
+            wanted = files(host)
+            record = read_record(where, folder, "the run")
+            check_ours(where, folder, record, wanted, fix)
+            record.update({name_in(folder, remote): [sha256_of(local)] for remote, local in wanted.items()})
+            write_record(where, folder, record)  # before the files: a push cut short leaves only recorded names
+            for remote, local in wanted.items():
                 try:
                     push_checked(where, local, remote)
                     if remote.endswith("_secret"):

@@ -13,17 +13,15 @@ checkpoint does (:func:`keep_home_copy`), so a host lost later loses nothing.
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 from clipflow.checksums import SUFFIX, recorded_beside, sha256_of
 from clipflow.errors import ClipflowError
 from clipflow.hosts.files import LocalFiles, SftpFiles
+from clipflow.hosts.remote_record import check_ours, read_record, write_record
 from clipflow.hosts.transfer import fetch_checked, push_checked
 from clipflow.launch.push import open_remote
-from clipflow.made import RECORD, record_files, record_text
 from clipflow.train.checkpoint import (
-    FLAG,
     RUN_FILES,
     CheckpointStore,
     checkpoint_name,
@@ -37,23 +35,6 @@ from clipflow.train.job import TrainJob
 def newest_point(where: SftpFiles | LocalFiles, folder: str) -> tuple[int, int] | None:
     points = points_there(where, folder)  # the run's, as the folder's record names them
     return points[-1] if points else None
-
-
-def record_there(where: SftpFiles, folder: str, digests: dict[str, str], scratch: Path) -> None:
-    """The run's files put in ``folder`` on ``where``'s host (name -> sha256: the checkpoint and the files beside
-    it) recorded there as the run's (its record read, the names added, written back whole): rank 0's store
-    resumes from recorded checkpoints only, and moves aside a file of a name it writes that is not recorded."""
-    try:
-        files = record_files(where.read_text(f"{folder}/{RECORD}")) if where.exists(f"{folder}/{RECORD}") else {}
-    except ValueError:
-        raise ClipflowError(
-            f"{FLAG} {where.shown(folder)} on {where.host}: {RECORD} is not a record clipflow wrote, so it cannot "
-            "tell the run's checkpoints from others; move it away there"
-        ) from None
-    files.update({name: entry_of(name, digest) for name, digest in digests.items()})
-    text = scratch / RECORD
-    text.write_text(record_text(files), encoding="utf-8")
-    where.put(text, f"{folder}/{RECORD}")
 
 
 def carry_run(source: SftpFiles | LocalFiles, folder: str, point: tuple[int, int], home: Path) -> None:
@@ -115,11 +96,13 @@ def place_newest_checkpoint(home_job: TrainJob, host_job: TrainJob, log=print) -
             try:
                 at_home = CheckpointStore(home)
                 carried = [home / name, *(home / f for f in RUN_FILES if at_home.is_runs(f))]
+                record = read_record(destination, remote, "the run's checkpoint folder")
+                check_ours(destination, remote, record, [f"{remote}/{p.name}" for p in carried], "move it away there")
                 for local in carried:
                     push_checked(destination, local, f"{remote}/{local.name}")
-                with tempfile.TemporaryDirectory(prefix="clipflow-record-") as scratch:  # pushed with them, checked
-                    digests = {p.name: recorded_beside(p) or sha256_of(p) for p in carried}
-                    record_there(destination, remote, digests, Path(scratch))
+                # the run's store there resumes from recorded checkpoints only
+                record.update({p.name: entry_of(p.name, recorded_beside(p) or sha256_of(p)) for p in carried})
+                write_record(destination, remote, record)
             finally:
                 destination.close()
         except ClipflowError as exc:

@@ -130,7 +130,7 @@ def launch_on_own_disks(job: TrainJob, local: HostRun, log_dir: str, grace: floa
             wanted[str(remote.paths.train_list)] = job.paths.train_list
         return wanted
 
-    push.push_job_files(plan, files)
+    push.push_job_files(plan, local.folder, files)
     if job.policy.resume == "never":  # rank 0 sets aside what its host holds; the copies at home go aside here
         set_aside(job.paths.checkpoint_root)
     else:
