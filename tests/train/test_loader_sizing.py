@@ -148,3 +148,18 @@ def test_a_worker_allowed_one_cpu_of_several_computes_and_sizes_its_loader_on_on
                           env={**env, "CLIPFLOW_WORKERS_ON_HOST": "1"}, timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["1", "1", "1"]
+
+
+def test_a_multigrid_epochs_loader_is_the_rules_for_its_clips_a_step():
+    """clipflow.train.loader_sizing.for_clips: decoding grows with the clips a step, the step stays; a given prefetch
+    and a given choice are kept."""
+    from clipflow.train.loader_sizing import for_clips
+
+    measured = choose(0.040, 0.200, 8, 4)  # 8 clips: 1 process, prefetch 2
+    assert for_clips(measured, 8, "auto") == measured
+    assert for_clips(measured, 64, "auto") == choose(0.320, 0.200, 64, 4)  # 8 x the clips: 4 processes (capped)
+    assert (for_clips(measured, 64, "auto").workers, for_clips(measured, 64, "auto").prefetch) == (4, 2)
+    assert for_clips(measured, 2, "auto").workers == 0  # 10 ms against 200: in the training process
+    assert for_clips(measured, 64, 3).prefetch == 3
+    given = LoaderChoice(2, 3)
+    assert for_clips(given, 64, "auto") is given

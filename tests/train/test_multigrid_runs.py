@@ -21,6 +21,7 @@ from launch_helpers import TINY, launch_command, scanned
 from sample_log_helpers import read_lines
 
 from clipflow.data.listfile import write_list
+from clipflow.train.loader_sizing import LoaderChoice, choose
 
 pytestmark = pytest.mark.long  # a minute or more: started early under xdist (conftest's order)
 
@@ -46,14 +47,15 @@ def runs(tmp_path_factory, tiny_videos):
     for rank in range(2):
         write_list(splits / f"worker{rank}.lst", entries[rank * 8 : (rank + 1) * 8] * 2)
 
-    def start(name: str, backend: str, env: dict) -> tuple:
+    def start(name: str, backend: str, env: dict, recipe: dict = RECIPE) -> tuple:
         folder = base / backend / name
-        argv, environ = launch_command(folder, tiny_videos, splits, "--backend", backend, overrides=RECIPE,
+        argv, environ = launch_command(folder, tiny_videos, splits, "--backend", backend, overrides=recipe,
                                        env_extra={"CLIPFLOW_SAMPLE_LOG": str(folder / "samples"), **env})  # fmt: skip
         return folder, subprocess.Popen(argv, env=environ, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     kill = {"CLIPFLOW_FAULT_KILL": "1:2:1"}
-    started = {("ddp", "whole"): start("whole", "ddp", {})}
+    sized = {**RECIPE, "train": {**RECIPE["train"], "loader_workers": "auto"}}  # the unbroken run sizes its loader
+    started = {("ddp", "whole"): start("whole", "ddp", {}, sized)}
     started.update({(b, "broken"): start("broken", b, kill) for b in BACKENDS})
     out = {key: (folder, *finish(process)) for key, (folder, process) in started.items()}
     resumed = {b: start("broken", b, {}) for b in BACKENDS}
@@ -90,6 +92,25 @@ def test_every_worker_trains_the_cycles_batches_step_for_step(runs):
     assert shapes == [{"stage": 0, "frames": 4, "crop": 32, "clips": 4, "bn_splits": 2, "lr_factor": 2}] * 2 + [
         {"stage": 1, "frames": 8, "crop": 32, "clips": 2, "bn_splits": 1, "lr_factor": 1}]  # fmt: skip
     assert "linear scaling rule: lr = base_lr 0.025 x global batch 4" in out
+
+
+def test_each_epochs_loader_is_sized_for_its_clips_a_step(runs):
+    """The unbroken run sizes its loader (train.loader_workers auto): every epoch's is the rule's for the epoch's
+    mean clips a step (5.3 in the coarse stage, 2.7 in the fine one), each worker's decoding a clip as it measured
+    it at its start; a new loader where the choice changes, said in the log."""
+    folder, code, out = runs[("ddp", "whole")]
+    assert code == 0, out
+    history = [json.loads(line) for line in (folder / "ckpt" / "metrics.jsonl").read_text().splitlines()]
+    per_clip: dict[int, set[float]] = {}
+    for record in history:
+        clips = sum(STEPS[record["epoch"]]) / len(STEPS[record["epoch"]])
+        for worker in record["workers"]:
+            chosen = LoaderChoice.from_record(worker["loader"])
+            assert chosen.auto and chosen.batch == round(clips), (record["epoch"], chosen)
+            assert chosen == choose(chosen.decode_s, chosen.step_s, chosen.batch, chosen.cores)  # the rule
+            per_clip.setdefault(worker["rank"], set()).add(round(chosen.decode_s / clips, 6))  # float32 words
+    assert all(len(each) == 1 for each in per_clip.values()), per_clip
+    assert "loader from epoch 1 (5 clips a step): decode " in out and "loader from epoch 3 (3 clips a step)" in out
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -40,6 +40,12 @@ The rule (:func:`choose`), from decode ``d`` and step ``s`` seconds a batch:
   the loader processes', whole clips side by side: a threaded decoder's extra threads would compete with the
   training's on the same cores and, frame-threaded, hold back frames for a short clip's few reads.
 
+A multigrid run (clipflow.train.multigrid) takes other batches stage by stage at about the recipe's step's cost:
+each epoch's loader is the rule's for the epoch's clips a step (their mean over its steps), decoding taken to grow
+with the clips (a clip is decoded over its whole span whatever its shape) and the step to stay
+(:func:`for_clips`); the trainer starts a new loader where that choice changes, and each epoch's record carries its
+own.
+
 Where ``auto`` reaches a loader that is not the training's (evaluation, prediction: there is no step to measure
 against), it means 0 processes and prefetch 2 (clipflow.data.loader.make_loader).
 """
@@ -52,7 +58,7 @@ import os
 import random
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from clipflow.errors import ClipflowError
@@ -228,6 +234,18 @@ def measure_step(recipe: dict) -> float:
     from clipflow.models.step_timing import time_step
 
     return time_step(recipe, STEP_BOUND_S)
+
+
+def for_clips(measured: LoaderChoice, clips: float, prefetch: int | str) -> LoaderChoice:
+    """The rule's choice for steps of ``clips`` clips a worker (a multigrid epoch's mean), from ``measured`` (a
+    batch of ``measured.batch``): decoding scaled by the clips, the step as measured; a given ``prefetch``
+    (train.loader_prefetch) kept. A choice not measured (the recipe's numbers) is kept as it is."""
+    from clipflow.data.loader import AUTO
+
+    if not measured.measured or not measured.batch:
+        return measured
+    chosen = choose(measured.decode_s * clips / measured.batch, measured.step_s, round(clips), measured.cores)
+    return chosen if prefetch == AUTO else replace(chosen, prefetch=prefetch)
 
 
 def size_loader(train: dict, dataset: Any, recipe: dict, cores: int | None = None) -> LoaderChoice:

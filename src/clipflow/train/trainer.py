@@ -46,7 +46,7 @@ from clipflow.train.comm import DDPComm, PSComm
 from clipflow.train.faults import FaultInjector
 from clipflow.train.init_from import start_from
 from clipflow.train.job import TrainJob
-from clipflow.train.loader_sizing import LoaderChoice, size_loader
+from clipflow.train.loader_sizing import LoaderChoice, for_clips, size_loader
 from clipflow.train.multigrid import MultigridPlan, StepShape
 from clipflow.train.precise_bn import PreciseBN, batch_order, recompute
 from clipflow.train.progress import TensorBoardScalars, epoch_bar, progress_interval
@@ -549,16 +549,24 @@ class Trainer:
     def run(self) -> None:
         start_epoch, step, resume_iteration = self._resume_state()
         # the loader's processes, prefetch and decode threads: the recipe's, or measured (clipflow.train.loader_sizing)
-        self.loader = size_loader(self.recipe["train"], self.dataset, self.recipe)
-        self.log(f"loader: {self.loader.describe()}")  # every worker's own (the launcher names the worker)
-        # one loader for the run: its workers (if any) persist, and each index carries the dataset's epoch
-        loader = make_loader(self.dataset, self.batch_size, self.sampler, self.loader.workers, self.loader.prefetch,
-                             device=self.device, batches=self.shaped)  # fmt: skip
+        measured = size_loader(self.recipe["train"], self.dataset, self.recipe)
+        self.log(f"loader: {measured.describe()}")  # every worker's own (the launcher names the worker)
+        # one loader while its choice holds (the run's, or a multigrid stage's): its workers (if any) persist, and
+        # each index carries the dataset's epoch
+        self.loader, loader = measured, None
         self.board = (
             TensorBoardScalars(self.paths.tensorboard, step) if self.paths.tensorboard and self.rank == 0 else None
         )
         try:
             for epoch in range(start_epoch + 1, self.epochs + 1):
+                choice = self._loader_for(measured, epoch)
+                if choice != self.loader:
+                    self.log(f"loader from epoch {epoch} ({choice.batch} clips a step): {choice.describe()}")
+                if loader is None or (choice.workers, choice.prefetch) != (self.loader.workers, self.loader.prefetch):
+                    loader = None  # the old loader's processes end with it
+                    loader = make_loader(self.dataset, self.batch_size, self.sampler, choice.workers, choice.prefetch,
+                                         device=self.device, batches=self.shaped)  # fmt: skip
+                self.loader = choice
                 inside = epoch == start_epoch + 1 and resume_iteration and self.resumed_plan is not None
                 plan = self.resumed_plan if inside else self._normal_plan(epoch)
                 step = self._epoch(epoch, plan, step, loader)
@@ -574,6 +582,15 @@ class Trainer:
             if self.board:
                 self.board.close()  # also on a failure: the events so far are kept
         self.comm.barrier()
+
+    def _loader_for(self, measured: LoaderChoice, epoch: int) -> LoaderChoice:
+        """The loader of ``epoch``: the one ``measured`` at the start, or for a multigrid epoch the rule's for its
+        mean clips a step (clipflow.train.loader_sizing.for_clips)."""
+        if self.multigrid is None:
+            return measured
+        steps = self.multigrid.steps_from(epoch - 1, 0, self.part_length)
+        clips = sum(s.batch for s in steps) / max(1, len(steps))
+        return for_clips(measured, clips, self.recipe["train"]["loader_prefetch"])
 
     def _epoch(self, epoch: int, plan: EpochPlan, step: int, loader) -> int:
         """Trains ``epoch``'s ``plan`` (the whole epoch, or its rest from a checkpoint inside it), validates and
