@@ -50,9 +50,13 @@ def run(work: Path, name: str, multigrid: dict | None) -> dict:
     metrics = json.loads((work / f"results/{name}/metrics.json").read_text())
     history = [json.loads(line) for line in (work / f"results/{name}/train/metrics.jsonl").read_text().splitlines()]
     stages = sorted({h["multigrid"]["stage"] for h in history if "multigrid" in h} - {None})
-    workers = [w for h in history for w in h["workers"]]
-    clips = sum(w["clips_per_s"] * (w["data_time"] + w["step_time"]) for w in workers) / len(history[0]["workers"])
-    decode_s = sum(w["loader"]["decode_s"] / w["loader"]["batch"] for w in workers) / len(workers)
+    width = len(history[0]["workers"])
+    steps = [h["step"] - (history[i - 1]["step"] if i else 0) for i, h in enumerate(history)]
+    clips = sum(w["clips_per_s"] * (w["data_time"] + w["step_time"]) for h in history for w in h["workers"]) / width
+    # each epoch's loader records the decode time of its own clips a step (a multigrid epoch's: clipflow.train.
+    # loader_sizing.for_clips), so its steps times that is the epoch's decoding, whatever the batch's rounding
+    decoded = (w["loader"]["decode_s"] * n for h, n in zip(history, steps, strict=True) for w in h["workers"])
+    floor_s = sum(decoded) / width
     return {
         "train_s": round(benchmark_seconds(work / f"benchmarks/{name}/train.tsv"), 1),
         "workflow_s": round(whole_s, 1),
@@ -63,8 +67,8 @@ def run(work: Path, name: str, multigrid: dict | None) -> dict:
             sum(h["data_time"] for h in history) / max(sum(h["data_time"] + h["step_time"] for h in history), 1e-9), 3
         ),  # fmt: skip
         "clips_a_worker": round(clips),
-        "decode_ms_a_clip": round(1000 * decode_s, 2),  # the loader's own measurement (clipflow.train.loader_sizing)
-        "decode_floor_s": round(clips * decode_s, 1),  # decoding alone, a worker on its core: the stage takes more
+        "decode_ms_a_clip": round(1000 * floor_s / clips, 2),  # the loader's own measurement
+        "decode_floor_s": round(floor_s, 1),  # decoding alone, a worker on its core: the stage takes more
         "top1": metrics["top1"],
         "val_videos": metrics["num_videos"],
     }

@@ -20,13 +20,17 @@ def push_job_files(plan: Plan, folder: str, files: Callable[[str], dict[str, Pat
     (clipflow.hosts.remote_record) names them first: a file of one of those names there that it does not name is
     refused, never replaced."""
     fix = f"move it away there, or give the run another name (run) or folder (cluster.job_dir) than {folder}"
+    digests: dict[Path, str] = {}  # a file every host gets is hashed once
     for host in plan.role_hosts():
         where = open_remote(plan, host)
         try:
             wanted = files(host)
             record = read_record(where, folder, "the run")
             check_ours(where, folder, record, wanted, fix)
-            record.update({name_in(folder, remote): [sha256_of(local)] for remote, local in wanted.items()})
+            for local in wanted.values():
+                if local not in digests:
+                    digests[local] = sha256_of(local)
+            record.update({name_in(folder, remote): [digests[local]] for remote, local in wanted.items()})
             write_record(where, folder, record)  # before the files: a push cut short leaves only recorded names
             for remote, local in wanted.items():
                 try:
